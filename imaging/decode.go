@@ -1,0 +1,47 @@
+package imaging
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// MaxZstdWindow bounds the memory a zstd stream may ask for. Images made
+// with --long or --ultra use up to 128 MiB; nothing legitimate needs more.
+const MaxZstdWindow = 128 << 20
+
+// NewDecoder returns a reader of the raw image bytes encoded in r.
+// A raw encoding returns r itself (wrapped to satisfy io.ReadCloser).
+func NewDecoder(enc Encoding, r io.Reader) (io.ReadCloser, error) {
+	switch enc {
+	case Raw:
+		return io.NopCloser(r), nil
+	case Zstd:
+		d, err := zstd.NewReader(r,
+			zstd.WithDecoderConcurrency(min(runtime.GOMAXPROCS(0), 4)),
+			zstd.WithDecoderMaxWindow(MaxZstdWindow),
+			zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		return zstdReadCloser{d}, nil
+	case Gzip:
+		d, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("unknown encoding %v", enc)
+}
+
+// zstdReadCloser adapts zstd.Decoder, whose Close returns nothing.
+type zstdReadCloser struct{ *zstd.Decoder }
+
+func (z zstdReadCloser) Close() error {
+	z.Decoder.Close()
+	return nil
+}

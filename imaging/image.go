@@ -1,0 +1,133 @@
+package imaging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// Image is an image file (or a block device) opened as the source of a cast.
+type Image struct {
+	Path       string
+	Encoding   Encoding
+	StreamSize int64 // bytes in the file as stored (what goes on the wire)
+	// Size is the raw length written to each target. For compressed images
+	// it is known after Scan.
+	Size int64
+	// Digest is the content digest of the raw bytes. For compressed images
+	// Scan computes it; for raw images the source computes it while casting.
+	Digest Digest
+	f      *os.File
+}
+
+// OpenImage opens an image and detects its encoding from its first bytes.
+func OpenImage(path string) (*Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("image %s does not exist", path)
+		}
+		return nil, fmt.Errorf("image %s cannot be read: %w", path, unwrapPathError(err))
+	}
+	im := &Image{Path: path, f: f}
+	if err := im.inspect(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return im, nil
+}
+
+func (im *Image) inspect() error {
+	st, err := im.f.Stat()
+	if err != nil {
+		return fmt.Errorf("image %s: %w", im.Path, err)
+	}
+	if st.IsDir() {
+		return fmt.Errorf("image %s is a directory, not an image file", im.Path)
+	}
+	size, err := im.f.Seek(0, io.SeekEnd) // works for block devices too
+	if err != nil {
+		return fmt.Errorf("image %s: reading its size: %w", im.Path, err)
+	}
+	if size == 0 {
+		return fmt.Errorf("image %s is empty", im.Path)
+	}
+	head := make([]byte, MagicLen)
+	n, err := im.f.ReadAt(head, 0)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("image %s cannot be read: %w", im.Path, unwrapPathError(err))
+	}
+	enc, err := Detect(head[:n])
+	if err != nil {
+		return fmt.Errorf("image %s: %w", im.Path, err)
+	}
+	im.Encoding, im.StreamSize = enc, size
+	if enc == Raw {
+		im.Size = size
+	}
+	return nil
+}
+
+// Stream returns a reader of the stored bytes from the start, independent
+// of other readers of the same image.
+func (im *Image) Stream() io.Reader { return io.NewSectionReader(im.f, 0, im.StreamSize) }
+
+// Close closes the image file.
+func (im *Image) Close() error { return im.f.Close() }
+
+// Scan decodes a compressed image once to learn its raw size and digest and
+// to prove it is whole: a truncated or corrupt image fails here, before any
+// node writes a byte. progress, if set, is called with raw bytes decoded.
+// Raw images need no scan.
+func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
+	if !im.Encoding.Compressed() {
+		return nil
+	}
+	cr := &countingReader{r: im.Stream()}
+	dec, err := NewDecoder(im.Encoding, cr)
+	if err != nil {
+		return fmt.Errorf("image %s is not a valid %s stream: %w", im.Path, im.Encoding, err)
+	}
+	defer dec.Close()
+	d := NewDigester()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, rerr := dec.Read(buf)
+		if n > 0 {
+			d.Write(buf[:n])
+			if progress != nil {
+				progress(d.Len())
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
+				im.Path, im.Encoding, FormatBytes(cr.n), FormatBytes(im.StreamSize), FormatBytes(d.Len()), rerr)
+		}
+	}
+	if d.Len() == 0 {
+		return fmt.Errorf("image %s decodes to nothing", im.Path)
+	}
+	im.Size = d.Len()
+	im.Digest = d.Sum()
+	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,222 @@
+package imaging
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// TargetInfo describes a target before anything is written to it.
+type TargetInfo struct {
+	Path   string
+	Size   int64 // capacity in bytes; 0 for a file dolly will create
+	Block  bool  // a block device rather than a regular file
+	Exists bool
+}
+
+// InspectTarget looks at a target without changing it: it must be a block
+// device or a regular file that dolly can read and write, or a missing file
+// in a directory dolly can write (it is created when the cast starts).
+func InspectTarget(path string) (TargetInfo, error) {
+	info := TargetInfo{Path: path}
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		dir := filepath.Dir(path)
+		if dst, derr := os.Stat(dir); derr != nil || !dst.IsDir() {
+			return info, fmt.Errorf("target %s does not exist and neither does its directory %s", path, dir)
+		}
+		if werr := checkWritableDir(dir); werr != nil {
+			return info, fmt.Errorf("target %s does not exist and cannot be created: %w", path, werr)
+		}
+		return info, nil
+	}
+	if err != nil {
+		return info, fmt.Errorf("target %s: %w", path, err)
+	}
+	info.Exists = true
+	switch {
+	case st.Mode().IsRegular():
+		info.Size = st.Size()
+	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
+		info.Block = true
+	default:
+		return info, fmt.Errorf("target %s is a %s, not a block device or a regular file", path, describeMode(st.Mode()))
+	}
+	// Opening for reading and writing proves access without changing a byte.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return info, fmt.Errorf("target %s cannot be opened for writing: %w", path, err)
+	}
+	defer f.Close()
+	if info.Block {
+		size, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			return info, fmt.Errorf("target %s: reading its size: %w", path, err)
+		}
+		info.Size = size
+	}
+	var b [1]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil && err != io.EOF {
+		return info, fmt.Errorf("target %s is not readable: %w", path, err)
+	}
+	return info, nil
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	}
+	return m.Type().String()
+}
+
+func checkWritableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".dolly-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// CheckTarget inspects a target and refuses it when it cannot hold need
+// bytes. The error names both sizes and the fix.
+func CheckTarget(path string, need int64) (TargetInfo, error) {
+	info, err := InspectTarget(path)
+	if err != nil {
+		return info, err
+	}
+	if info.Exists && info.Size < need {
+		hint := "pick a larger partition or disk"
+		if !info.Block {
+			hint = "pick a larger target, or remove the file so dolly creates it"
+		}
+		have, want := FormatBytes(info.Size), FormatBytes(need)
+		if have == want {
+			have, want = fmt.Sprintf("%d bytes", info.Size), fmt.Sprintf("%d bytes", need)
+		}
+		return info, fmt.Errorf("target %s is %s, image needs %s: %s", path, have, want, hint)
+	}
+	return info, nil
+}
+
+// Target is an open target that an image is being written to. Writes are
+// refused beyond the image length so a bad stream can never spill over.
+type Target struct {
+	Path  string
+	f     *os.File
+	block bool
+	limit int64
+	zero  zeroer
+}
+
+// OpenTarget checks the target again and opens it for writing an image of
+// size bytes. A missing regular file is created and sized; an existing one
+// keeps its size (bytes beyond the image stay as they were).
+func OpenTarget(path string, size int64) (*Target, error) {
+	info, err := CheckTarget(path, size)
+	if err != nil {
+		return nil, err
+	}
+	flags := os.O_RDWR
+	if !info.Exists {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", path, err)
+	}
+	if !info.Exists {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			os.Remove(path)
+			return nil, fmt.Errorf("target %s: sizing to %s: %w", path, FormatBytes(size), err)
+		}
+	}
+	t := &Target{Path: path, f: f, block: info.Block, limit: size}
+	t.zero = newZeroer(f, info.Block)
+	return t, nil
+}
+
+// Size is the number of image bytes the target accepts.
+func (t *Target) Size() int64 { return t.limit }
+
+// WriteAt writes p at image offset off.
+func (t *Target) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > t.limit {
+		return 0, fmt.Errorf("target %s: write of %d bytes at offset %d is beyond the image length %d", t.Path, len(p), off, t.limit)
+	}
+	n, err := t.f.WriteAt(p, off)
+	if err != nil {
+		return n, fmt.Errorf("target %s: writing at offset %d: %w", t.Path, off, unwrapPathError(err))
+	}
+	return n, nil
+}
+
+// ZeroRange makes [off, off+n) read back as zeros, by the cheapest means the
+// target supports: BLKZEROOUT on block devices, punching a hole in files,
+// explicit zeroes otherwise.
+func (t *Target) ZeroRange(off, n int64) error {
+	if off < 0 || n < 0 || off+n > t.limit {
+		return fmt.Errorf("target %s: zeroing %d bytes at offset %d is beyond the image length %d", t.Path, n, off, t.limit)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := t.zero.zeroRange(off, n); err != nil {
+		return fmt.Errorf("target %s: zeroing %d bytes at offset %d: %w", t.Path, n, off, unwrapPathError(err))
+	}
+	return nil
+}
+
+// ReadAt reads back what the target holds, for verification.
+func (t *Target) ReadAt(p []byte, off int64) (int, error) { return t.f.ReadAt(p, off) }
+
+// Sync flushes written data to stable storage.
+func (t *Target) Sync() error {
+	if err := t.f.Sync(); err != nil {
+		return fmt.Errorf("target %s: flushing to disk: %w", t.Path, unwrapPathError(err))
+	}
+	return nil
+}
+
+// Close closes the target.
+func (t *Target) Close() error { return t.f.Close() }
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// zeroer zeroes ranges of an open target.
+type zeroer interface {
+	zeroRange(off, n int64) error
+}
+
+// writeZeros is the portable way: write zero bytes.
+func writeZeros(f *os.File, off, n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeroPage)))
+		if _, err := f.WriteAt(zeroPage[:k], off); err != nil {
+			return err
+		}
+		off += k
+		n -= k
+	}
+	return nil
+}

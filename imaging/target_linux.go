@@ -1,0 +1,71 @@
+package imaging
+
+import (
+	"errors"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sectorSize is the alignment BLKZEROOUT requires (logical block size).
+const sectorSize = 512
+
+type linuxZeroer struct {
+	f     *os.File
+	block bool
+	// fast is cleared after the kernel refuses the fast path once, so a
+	// target that cannot punch holes does not pay for the attempt per run.
+	fast bool
+}
+
+func newZeroer(f *os.File, block bool) zeroer { return &linuxZeroer{f: f, block: block, fast: true} }
+
+func (z *linuxZeroer) zeroRange(off, n int64) error {
+	if !z.fast {
+		return writeZeros(z.f, off, n)
+	}
+	if z.block {
+		return z.blockZero(off, n)
+	}
+	err := unix.Fallocate(int(z.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
+		z.fast = false
+		return writeZeros(z.f, off, n)
+	}
+	return err
+}
+
+// blockZero asks the device to zero the sector-aligned middle of the range
+// and writes the unaligned edges itself.
+func (z *linuxZeroer) blockZero(off, n int64) error {
+	start := (off + sectorSize - 1) / sectorSize * sectorSize
+	end := (off + n) / sectorSize * sectorSize
+	if end <= start {
+		return writeZeros(z.f, off, n)
+	}
+	if start > off {
+		if err := writeZeros(z.f, off, start-off); err != nil {
+			return err
+		}
+	}
+	r := [2]uint64{uint64(start), uint64(end - start)}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, z.f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r)))
+	switch {
+	case errno == 0:
+	case errno == unix.EOPNOTSUPP || errno == unix.ENOTTY || errno == unix.EINVAL:
+		z.fast = false
+		if err := writeZeros(z.f, start, end-start); err != nil {
+			return err
+		}
+	default:
+		return errno
+	}
+	if off+n > end {
+		return writeZeros(z.f, end, off+n-end)
+	}
+	return nil
+}
