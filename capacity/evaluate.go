@@ -1,0 +1,170 @@
+package capacity
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Compression describes a compressed image. Factor is c, raw bytes per
+// compressed byte; a factor of 1 or less means the image is sent raw.
+type Compression struct {
+	Codec  string  `json:"codec"`  // "zstd" or "gzip"
+	Factor float64 `json:"factor"` // c
+}
+
+// Enabled reports whether the stream is compressed.
+func (c Compression) Enabled() bool { return c.Factor > 1 }
+
+// Name returns the codec, "none" for a raw stream.
+func (c Compression) Name() string {
+	switch {
+	case !c.Enabled():
+		return "none"
+	case c.Codec == "":
+		return "compressed"
+	default:
+		return c.Codec
+	}
+}
+
+// wire returns the bytes on the wire per raw byte: 1/c, or 1 when raw.
+func (c Compression) wire() float64 {
+	if !c.Enabled() {
+		return 1
+	}
+	return 1 / c.Factor
+}
+
+// Plan is one way to run a cast: a logical tree, the host each vertex runs
+// on and the compression of the stream.
+type Plan struct {
+	Tree        Tree
+	Hosts       []string // Hosts[v] names the host of vertex v; Hosts[0] is the source
+	Compression Compression
+}
+
+// Name describes the plan briefly: "chain", "2-tree", "star", "tree".
+func (p Plan) Name() string { return p.Tree.Name() }
+
+// Result is the model's prediction for one plan.
+type Result struct {
+	Plan        Plan
+	Rate        float64       // predicted rate in raw image bytes per second
+	Depth       int           // hops from the source to the deepest node
+	ETA         time.Duration // predicted time of the whole cast, see ETA
+	Bottleneck  string        // the binding constraints in words
+	Binding     []Constraint  // the constraints that set Rate
+	Constraints []Constraint  // every constraint of the plan
+}
+
+// Evaluate predicts the rate of one plan on a network.
+func Evaluate(net Network, plan Plan, opt Options) (Result, error) {
+	f, err := compile(net)
+	if err != nil {
+		return Result{}, err
+	}
+	return f.evaluate(plan, opt.withDefaults())
+}
+
+// evaluate maps the plan's logical channels onto the physical network,
+// counts the channels sharing each link direction and switch, adds every
+// host's own limits and solves for the rate.
+func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
+	t := plan.Tree
+	if err := t.Validate(); err != nil {
+		return Result{}, err
+	}
+	if len(plan.Hosts) != len(t.Parent) {
+		return Result{}, fmt.Errorf("plan has %d hosts for %d tree vertices", len(plan.Hosts), len(t.Parent))
+	}
+	comp := plan.Compression
+	if comp.Factor < 0 || math.IsNaN(comp.Factor) || math.IsInf(comp.Factor, 0) {
+		return Result{}, fmt.Errorf("compression factor %v: want a finite factor ≥ 1", comp.Factor)
+	}
+
+	host := make([]int, len(t.Parent)) // host index of each vertex
+	used := make([]bool, len(f.net.Hosts))
+	for v, name := range plan.Hosts {
+		i, ok := f.hostIndex[name]
+		if !ok {
+			return Result{}, fmt.Errorf("plan names unknown host %q", name)
+		}
+		if used[i] {
+			return Result{}, fmt.Errorf("host %q appears twice in the plan", name)
+		}
+		used[i] = true
+		host[v] = i
+	}
+
+	// Count logical channels per link direction and per switch.
+	up := make([]int, len(f.net.Hosts))
+	down := make([]int, len(f.net.Hosts))
+	trunkUse := make([][2]int, len(f.trunks))
+	switchUse := make([]int, f.switches)
+	out := make([]int, len(t.Parent))
+	for v := 1; v < len(t.Parent); v++ {
+		p := t.Parent[v]
+		out[p]++
+		from, to := host[p], host[v]
+		up[from]++
+		down[to]++
+		a, b := f.hostSw[from], f.hostSw[to]
+		switchUse[a]++
+		err := f.route(a, b, func(trunk int, forward bool, sw int) {
+			if forward {
+				trunkUse[trunk][0]++
+			} else {
+				trunkUse[trunk][1]++
+			}
+			switchUse[sw]++
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("channel %s→%s: %w", plan.Hosts[p], plan.Hosts[v], err)
+		}
+	}
+
+	wire := comp.wire()
+	constraints := make([]Constraint, 0, 6*len(t.Parent))
+	link := func(name string, streams int, capacity float64) {
+		if streams > 0 {
+			constraints = append(constraints, Constraint{Kind: LinkLimit, Subject: name,
+				Streams: streams, Coef: float64(streams) * wire, Cap: capacity})
+		}
+	}
+	for _, i := range host {
+		link(f.upName[i], up[i], f.net.Hosts[i].Link)
+		link(f.downName[i], down[i], f.net.Hosts[i].Link)
+	}
+	for i, tr := range f.trunks {
+		link(tr.name[0], trunkUse[i][0], tr.capacity)
+		link(tr.name[1], trunkUse[i][1], tr.capacity)
+	}
+	for s, n := range switchUse {
+		sw := f.net.Switches[s]
+		if n > 0 && sw.Backplane > 0 {
+			constraints = append(constraints, Constraint{Kind: BackplaneLimit, Subject: sw.Name,
+				Streams: n, Coef: float64(n) * wire, Cap: sw.Backplane})
+		}
+	}
+	for v, i := range host {
+		h := f.net.Hosts[i]
+		var err error
+		constraints, err = appendHostLimits(constraints, h.Name, h.Resources, v == 0, out[v], comp)
+		if err != nil {
+			return Result{}, fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+
+	rate, binding := Solve(constraints)
+	depth := t.Depth()
+	return Result{
+		Plan:        plan,
+		Rate:        rate,
+		Depth:       depth,
+		ETA:         ETA(rate, depth, opt),
+		Bottleneck:  describeBinding(binding),
+		Binding:     binding,
+		Constraints: constraints,
+	}, nil
+}

@@ -1,0 +1,34 @@
+package capacity
+
+// hostLimits collects the constraints of one host's own resources.
+type hostLimits struct {
+	dst  []Constraint
+	name string
+}
+
+// add appends coef·b ≤ cap unless the resource is not modelled.
+func (h *hostLimits) add(kind ConstraintKind, flow Flow, coef, cap float64) {
+	if cap <= 0 || coef <= 0 {
+		return
+	}
+	h.dst = append(h.dst, Constraint{Kind: kind, Subject: h.name, Flow: flow, Coef: coef, Cap: cap})
+}
+
+// appendHostLimits appends the constraints of one host's own resources,
+// as its node model counts them. out is the number of children the host
+// sends to; source tells whether the host is the root of the tree.
+func appendHostLimits(dst []Constraint, name string, r Resources, source bool, out int, comp Compression) ([]Constraint, error) {
+	h := hostLimits{dst: dst, name: name}
+	var err error
+	switch r.Model {
+	case ModelBasic:
+		basicLimits(&h, r, source, out, comp)
+	case ModelPaper:
+		err = paperLimits(&h, r, source, out, comp)
+	case ModelDolly:
+		err = dollyLimits(&h, r, source, out, comp)
+	default:
+		err = r.validate()
+	}
+	return h.dst, err
+}

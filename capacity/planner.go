@@ -1,0 +1,234 @@
+package capacity
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+const (
+	// DefaultFrameBytes is the raw payload of one frame: small enough that
+	// forwarding starts at once, large enough to keep per-frame costs low.
+	DefaultFrameBytes = 1 << 20
+	// DefaultStartup covers connecting the tree, the handshakes and
+	// opening the targets before the first byte flows.
+	DefaultStartup = 500 * time.Millisecond
+	// DefaultMaxFanout is the largest n-ary tree the planner tries.
+	DefaultMaxFanout = 5
+)
+
+// Options are the planning parameters.
+type Options struct {
+	// Compression is the compressed form of the image, if there is one.
+	// Compressed plans are tried only when its factor is above 1.
+	Compression Compression
+	ImageBytes  int64         // raw image size; 0 ranks plans by rate alone
+	FrameBytes  int64         // raw bytes per frame; 0 means DefaultFrameBytes
+	Startup     time.Duration // constant start-up time; 0 means DefaultStartup
+	MaxFanout   int           // largest n-ary tree fanout; 0 means DefaultMaxFanout
+	// Explicit plans are evaluated as given next to the generated ones,
+	// e.g. a tree written in a topology file.
+	Explicit []Plan
+}
+
+func (o Options) withDefaults() Options {
+	if o.FrameBytes <= 0 {
+		o.FrameBytes = DefaultFrameBytes
+	}
+	if o.Startup <= 0 {
+		o.Startup = DefaultStartup
+	}
+	if o.MaxFanout <= 0 {
+		o.MaxFanout = DefaultMaxFanout
+	}
+	return o
+}
+
+// ETA predicts the time of a cast at rate (raw bytes/s) through a tree of
+// the given depth: the image itself, plus depth−1 frame times for the
+// pipeline to fill (a chain of n nodes costs about n−1 frame times more
+// than one node), plus the constant start-up. Zero options take defaults.
+func ETA(rate float64, depth int, opt Options) time.Duration {
+	opt = opt.withDefaults()
+	if rate <= 0 || math.IsNaN(rate) {
+		return time.Duration(math.MaxInt64)
+	}
+	if math.IsInf(rate, 1) {
+		return opt.Startup
+	}
+	bytes := float64(opt.ImageBytes) + float64(max(depth-1, 0))*float64(opt.FrameBytes)
+	seconds := bytes / rate
+	if seconds > float64(math.MaxInt64/2)/float64(time.Second) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(seconds*float64(time.Second)) + opt.Startup
+}
+
+// Rank evaluates the candidate plans for the network and returns them best
+// first: shortest ETA, or highest rate when the image size is unknown.
+// Candidates are a chain, n-ary trees of fanout 2 up to opt.MaxFanout
+// (below the number of nodes), a star, each raw and, when the options give
+// a compression factor above 1, compressed; plus opt.Explicit.
+func Rank(net Network, opt Options) ([]Result, error) {
+	opt = opt.withDefaults()
+	f, err := compile(net)
+	if err != nil {
+		return nil, err
+	}
+	plans, err := f.candidates(opt)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]Result, 0, len(plans))
+	for _, p := range plans {
+		r, err := f.evaluate(p, opt)
+		if err != nil {
+			return nil, fmt.Errorf("%s plan (%s): %w", p.Name(), p.Compression.Name(), err)
+		}
+		results = append(results, r)
+	}
+	// Stable, so that equal plans keep the simpler-first candidate order.
+	slices.SortStableFunc(results, func(a, b Result) int {
+		if opt.ImageBytes > 0 {
+			if c := cmp.Compare(a.ETA, b.ETA); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(b.Rate, a.Rate)
+	})
+	return results, nil
+}
+
+// candidates builds the generated plans and appends the explicit ones.
+func (f *fabric) candidates(opt Options) ([]Plan, error) {
+	source := -1
+	var nodes []int
+	for i, h := range f.net.Hosts {
+		if h.isSource() {
+			if source >= 0 {
+				return nil, fmt.Errorf("hosts %s and %s are both sources: a cast has one source",
+					f.net.Hosts[source].Name, h.Name)
+			}
+			source = i
+			continue
+		}
+		nodes = append(nodes, i)
+	}
+	if source < 0 {
+		return nil, fmt.Errorf("no source host: give one host the role source")
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("no nodes to cast to")
+	}
+	groups := f.placement(source, nodes)
+	n := len(nodes)
+	trees := []Tree{Chain(n)}
+	for fanout := 2; fanout <= opt.MaxFanout && fanout < n; fanout++ {
+		trees = append(trees, NaryTree(n, fanout))
+	}
+	if n > 1 {
+		trees = append(trees, Star(n))
+	}
+	hosts := make([][]string, len(trees))
+	for i, t := range trees {
+		hosts[i] = f.names(source, assignHosts(t, groups))
+	}
+	compressions := []Compression{{}}
+	if opt.Compression.Enabled() {
+		compressions = append(compressions, opt.Compression)
+	}
+	var plans []Plan
+	for _, c := range compressions {
+		for i, t := range trees {
+			plans = append(plans, Plan{Tree: t, Hosts: hosts[i], Compression: c})
+		}
+	}
+	return append(plans, opt.Explicit...), nil
+}
+
+// placement groups the nodes by switch, switches in depth-first order
+// from the source's switch, fastest links first within a switch. Handing
+// out the groups in this order along a depth-first walk of a tree keeps
+// each subtree on few switches, so few channels cross inter-switch links:
+// a chain crosses each of them at most once per direction.
+func (f *fabric) placement(source int, nodes []int) [][]int {
+	bySwitch := make([][]int, f.switches)
+	for _, i := range nodes {
+		bySwitch[f.hostSw[i]] = append(bySwitch[f.hostSw[i]], i)
+	}
+	neighbours := make([][]int, f.switches)
+	for _, t := range f.trunks {
+		neighbours[t.a] = append(neighbours[t.a], t.b)
+		neighbours[t.b] = append(neighbours[t.b], t.a)
+	}
+	var groups [][]int
+	seen := make([]bool, f.switches)
+	var visit func(s int)
+	visit = func(s int) {
+		seen[s] = true
+		if hosts := bySwitch[s]; len(hosts) > 0 {
+			slices.SortStableFunc(hosts, func(a, b int) int {
+				return cmp.Compare(f.net.Hosts[b].Link, f.net.Hosts[a].Link)
+			})
+			groups = append(groups, hosts)
+		}
+		for _, next := range neighbours[s] {
+			if !seen[next] {
+				visit(next)
+			}
+		}
+	}
+	visit(f.hostSw[source])
+	// Switches the source cannot reach still get placed; evaluation then
+	// reports the missing path.
+	for s := range f.switches {
+		if !seen[s] {
+			visit(s)
+		}
+	}
+	return groups
+}
+
+// assignHosts maps the tree's vertices 1..n to the grouped hosts and
+// returns the host of every vertex (vertex 0, the source, is left 0).
+// Vertices are taken in depth-first pre-order, so each group gets a run of
+// vertices that mostly share subtrees; within a group the vertices that
+// forward to most children get the fastest links.
+func assignHosts(t Tree, groups [][]int) []int {
+	kids := t.ChildLists()
+	preorder := make([]int, 0, len(t.Parent))
+	stack := []int{0}
+	for len(stack) > 0 {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if v != 0 {
+			preorder = append(preorder, v)
+		}
+		for i := len(kids[v]) - 1; i >= 0; i-- {
+			stack = append(stack, kids[v][i])
+		}
+	}
+	host := make([]int, len(t.Parent))
+	for _, g := range groups {
+		block := preorder[:len(g)]
+		preorder = preorder[len(g):]
+		slices.SortStableFunc(block, func(a, b int) int { return cmp.Compare(len(kids[b]), len(kids[a])) })
+		for i, v := range block {
+			host[v] = g[i]
+		}
+	}
+	return host
+}
+
+// names returns the host names of a vertex→host mapping with the source
+// as vertex 0.
+func (f *fabric) names(source int, host []int) []string {
+	names := make([]string, len(host))
+	names[0] = f.net.Hosts[source].Name
+	for v := 1; v < len(host); v++ {
+		names[v] = f.net.Hosts[host[v]].Name
+	}
+	return names
+}

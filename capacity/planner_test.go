@@ -1,0 +1,210 @@
+package capacity
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestETA(t *testing.T) {
+	opt := Options{ImageBytes: 100 * MB, FrameBytes: 1 * MB, Startup: 500 * time.Millisecond}
+	tests := []struct {
+		rate  float64
+		depth int
+		want  time.Duration
+	}{
+		{10 * MB, 1, 10*time.Second + 500*time.Millisecond},
+		{10 * MB, 3, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
+		{100 * MB, 101, time.Second + time.Second + 500*time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := ETA(tt.rate, tt.depth, opt); got != tt.want {
+			t.Errorf("ETA(%v MB/s, depth %d) = %v, want %v", tt.rate/MB, tt.depth, got, tt.want)
+		}
+	}
+	if got := ETA(0, 1, opt); got < 100*365*24*time.Hour {
+		t.Errorf("ETA at rate 0 = %v, want practically forever", got)
+	}
+}
+
+// TestChainFillCost: a chain of n nodes costs n−1 frame times more than
+// one node at the same rate (segmentation, paper 002 section 2.1).
+func TestChainFillCost(t *testing.T) {
+	opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
+	one := mustEvaluate(t, oneSwitch(1, gbe, patagonia), Chain(1), Compression{})
+	for _, n := range []int{2, 10, 50} {
+		r := mustEvaluate(t, oneSwitch(n, gbe, patagonia), Chain(n), Compression{})
+		extra := ETA(r.Rate, r.Depth, opt) - ETA(one.Rate, one.Depth, opt)
+		want := time.Duration(float64(n-1) * float64(opt.FrameBytes) / r.Rate * float64(time.Second))
+		if d := extra - want; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("chain of %d: %v more than one node, want %v", n, extra, want)
+		}
+	}
+}
+
+func TestRankCandidates(t *testing.T) {
+	tests := []struct {
+		nodes       int
+		compression Compression
+		want        []string // plan/compression, in candidate order
+	}{
+		{1, Compression{}, []string{"chain/none"}},
+		{2, Compression{}, []string{"chain/none", "star/none"}},
+		{3, Compression{"gzip", 2}, []string{"chain/none", "2-tree/none", "star/none", "chain/gzip", "2-tree/gzip", "star/gzip"}},
+		{9, Compression{"gzip", 1}, []string{"chain/none", "2-tree/none", "3-tree/none", "4-tree/none", "5-tree/none", "star/none"}},
+	}
+	for _, tt := range tests {
+		res := patagonia
+		net := oneSwitch(tt.nodes, gbe, res)
+		f, err := compile(net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans, err := f.candidates(Options{Compression: tt.compression}.withDefaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range plans {
+			got = append(got, p.Name()+"/"+p.Compression.Name())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%d nodes: candidates %v, want %v", tt.nodes, got, tt.want)
+		}
+	}
+}
+
+func TestRankOrder(t *testing.T) {
+	net := oneSwitch(5, fe, patagonia)
+	for _, opt := range []Options{{ImageBytes: 2e9}, {}} {
+		results, err := Rank(net, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(results); i++ {
+			a, b := results[i-1], results[i]
+			if opt.ImageBytes > 0 && a.ETA > b.ETA {
+				t.Errorf("%s (%v) ranked before %s (%v)", a.Plan.Name(), a.ETA, b.Plan.Name(), b.ETA)
+			}
+			if opt.ImageBytes == 0 && a.Rate < b.Rate {
+				t.Errorf("%s (%v) ranked before %s (%v)", a.Plan.Name(), a.Rate, b.Plan.Name(), b.Rate)
+			}
+		}
+		if results[0].Plan.Name() != "chain" {
+			t.Errorf("best plan %s, want the chain", results[0].Plan.Name())
+		}
+	}
+}
+
+func TestRankErrors(t *testing.T) {
+	noSource := oneSwitch(2, gbe, patagonia)
+	noSource.Hosts[0].Role = RoleNode
+	twoSources := oneSwitch(2, gbe, patagonia)
+	twoSources.Hosts[1].Role = RoleSource
+	alone := oneSwitch(0, gbe, patagonia)
+	tests := []struct {
+		name string
+		net  Network
+		want string
+	}{
+		{"no source", noSource, "no source"},
+		{"two sources", twoSources, "both sources"},
+		{"no nodes", alone, "no nodes"},
+	}
+	for _, tt := range tests {
+		if _, err := Rank(tt.net, Options{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestPlacementKeepsSwitchesTogether: with nodes listed alternately on two
+// switches, the planner's chain still crosses the inter-switch link once.
+func TestPlacementKeepsSwitchesTogether(t *testing.T) {
+	res := Resources{Model: ModelBasic, Switching: 30 * MB}
+	net := Network{
+		Switches: []Switch{{Name: "sw1"}, {Name: "sw2"}},
+		Links:    []SwitchLink{{A: "sw1", B: "sw2", Capacity: gbe}},
+		Hosts:    []Host{{Name: "src", Switch: "sw1", Link: gbe, Role: RoleSource, Resources: res}},
+	}
+	for i := range 10 {
+		sw := []string{"sw2", "sw1"}[i%2]
+		net.Hosts = append(net.Hosts, Host{Name: fmt.Sprintf("n%d", i), Switch: sw, Link: gbe, Resources: res})
+	}
+	results, err := Rank(net, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Plan.Name() != "chain" {
+			continue
+		}
+		if c := find(t, r, LinkLimit, "sw1→sw2"); c.Streams != 1 {
+			t.Errorf("chain crosses sw1→sw2 %d times, want once: %v", c.Streams, r.Plan.Hosts)
+		}
+		if has(r, LinkLimit, "sw2→sw1") {
+			t.Errorf("chain comes back over sw2→sw1: %v", r.Plan.Hosts)
+		}
+		if got := r.Plan.Hosts[:6]; !slices.Equal(got, []string{"src", "n1", "n3", "n5", "n7", "n9"}) {
+			t.Errorf("chain starts %v, want the source's switch first", got)
+		}
+	}
+}
+
+// TestPlacementPutsFastLinksFirst: the vertices of an n-ary tree that
+// forward should get the fast links.
+func TestPlacementPutsFastLinksFirst(t *testing.T) {
+	net := oneSwitch(6, fe, patagonia)
+	net.Hosts[5].Link = gbe
+	net.Hosts[6].Link = gbe
+	f, err := compile(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans, err := f.candidates(Options{}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range plans {
+		if p.Name() != "2-tree" {
+			continue
+		}
+		// Vertices 1 and 2 each forward to two children.
+		if got := p.Hosts[1:3]; !slices.Equal(got, []string{"n05", "n06"}) {
+			t.Errorf("forwarding vertices on %v, want the Gigabit hosts n05 and n06: %v", got, p.Hosts)
+		}
+	}
+}
+
+// TestTreeSubtreesStayOnTheirSwitch: on a large lab of 24-port edge
+// switches an n-ary tree's subtrees stay on their switches. A switch's
+// run of vertices in pre-order sends to at most about fanout·depth
+// vertices elsewhere (filling the vertices breadth-first would send
+// fanout·24), so the inter-switch links never bind.
+func TestTreeSubtreesStayOnTheirSwitch(t *testing.T) {
+	results, err := Rank(labNetwork(1000), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	isTrunk := func(c Constraint) bool {
+		return c.Kind == LinkLimit && strings.HasPrefix(c.Subject, "edge") && strings.Contains(c.Subject, "core")
+	}
+	for _, r := range results {
+		if r.Plan.Tree.Kind != KindTree {
+			continue
+		}
+		limit := r.Plan.Tree.Fanout * r.Depth
+		for _, c := range r.Constraints {
+			if isTrunk(c) && c.Streams > limit {
+				t.Errorf("%s: %s shared by %d channels, want at most %d", r.Plan.Name(), c.Subject, c.Streams, limit)
+			}
+		}
+		for _, c := range r.Binding {
+			if isTrunk(c) {
+				t.Errorf("%s: bound by the inter-switch link %s", r.Plan.Name(), c.Describe())
+			}
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package capacity
+
+import "fmt"
+
+// NodeModel names the way a host's own limits are modelled.
+type NodeModel string
+
+const (
+	// ModelBasic is the paper's basic model: one switching capacity shared
+	// by every stream the node handles, (in + out + disk)·b ≤ switching.
+	ModelBasic NodeModel = "basic"
+	// ModelPaper is the paper's extended model (sections 2.5–2.7): disk,
+	// I/O bus, memory system and CPU shares for the 2000-era Dolly client
+	// with a one-copy TCP stack. Every active node, the source included,
+	// is modelled as N(1,o,1).
+	ModelPaper NodeModel = "paper"
+	// ModelDolly models dolly's own data path: splice/tee relays, one
+	// read copy and one write copy for the local disk, a CRC32C pass and
+	// parallel decompression; the source reads, digests and writes to
+	// each child socket. Its figures come from probes.
+	ModelDolly NodeModel = "dolly"
+)
+
+// Resources are the limits of one host. Rates are in bytes per second.
+// A zero rate or capacity means "not modelled": its term or constraint is
+// left out, so a probe that could not measure something adds no limit.
+type Resources struct {
+	Model NodeModel
+
+	// Switching is the basic model's total switching capacity of the node.
+	Switching float64
+
+	// Disk is the sequential rate of the disk the host uses in the cast:
+	// the target's write rate on a node, the image store's read rate on
+	// the source.
+	Disk float64
+	// IOBus is the I/O bus capacity (the paper's 132 MB/s PCI).
+	IOBus float64
+	// Memory is the memory system capacity: bytes moved to and from
+	// memory per second (a copy moves every byte twice).
+	Memory float64
+	// Cores is the CPU capacity in cores; CPU shares must sum to at most
+	// this. Zero means one core.
+	Cores float64
+	// ParallelDecompress spreads decompression over all cores. Without it
+	// decompression must also fit on one core.
+	ParallelDecompress bool
+
+	// CPU gives, per kind of stream, the rate one core reaches doing only
+	// that work; 1/rate is the CPU share one byte per second costs.
+	CPU CPURates
+}
+
+// CPURates are the rates one core reaches doing one kind of work alone,
+// in bytes per second (the paper's a1…an).
+type CPURates struct {
+	Net    float64 // send or receive one stream through the kernel's network stack
+	Disk   float64 // drive one disk transfer (the paper's 80 MB/s SCSI)
+	Copy   float64 // memory-to-memory copy (read(2), write(2), pipes)
+	Digest float64 // CRC32C or zero-run scan: one read pass over the data
+	// Decompress maps a codec ("gzip", "zstd") to its output rate.
+	Decompress map[string]float64
+}
+
+// cores returns the CPU capacity, one core when unset.
+func (r Resources) cores() float64 {
+	if r.Cores <= 0 {
+		return 1
+	}
+	return r.Cores
+}
+
+// decompressRate returns the decompression rate for codec.
+func (r Resources) decompressRate(codec string) (float64, error) {
+	v, ok := r.CPU.Decompress[codec]
+	if !ok || v <= 0 {
+		return 0, fmt.Errorf("no decompression rate for codec %q: add it to the host's cpu.decompress", codec)
+	}
+	return v, nil
+}
+
+// validate checks that the model is known.
+func (r Resources) validate() error {
+	switch r.Model {
+	case ModelBasic, ModelPaper, ModelDolly:
+		return nil
+	case "":
+		return fmt.Errorf("no node model: set \"model\" to basic, paper or dolly (or give a probe)")
+	default:
+		return fmt.Errorf("unknown node model %q: want basic, paper or dolly", r.Model)
+	}
+}
+
+// share returns the CPU share (or any cost) of one byte per second at rate,
+// and nothing when the rate is not modelled.
+func share(rate float64) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return 1 / rate
+}
