@@ -1,0 +1,185 @@
+package dolly
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"dolly/imaging"
+)
+
+// Counters are a node's progress, updated as frames are verified and written
+// and read by the progress reporter.
+type Counters struct {
+	Stream  atomic.Int64 // stream bytes verified (frame payloads)
+	Written atomic.Int64 // raw image bytes that reached the target
+}
+
+// ErrDigestMismatch means the bytes written differ from the source's.
+var ErrDigestMismatch = errors.New("content digest differs from the source's")
+
+// Receive reads the verified frames that follow header h from r and writes
+// the image to w. It returns the digest of what it wrote and the source's
+// end frame; the image is verified when both digests are equal, which
+// Receive checks (ErrDigestMismatch).
+func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters) (imaging.Digest, End, error) {
+	if c == nil {
+		c = new(Counters)
+	}
+	fr := NewFrameReader(r, h)
+	var (
+		d    imaging.Digest
+		end  End
+		err  error
+		sink frameSink
+	)
+	if h.Encoding == imaging.Raw {
+		sink = &rawSink{w: w, d: imaging.NewDigester(), c: c}
+	} else {
+		sink, err = newDecodingSink(h, w, c)
+		if err != nil {
+			return d, end, err
+		}
+	}
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			sink.abort(err)
+			return d, end, err
+		}
+		if f.Kind == FrameEnd {
+			end, err = ParseEnd(f.Payload)
+			if err != nil {
+				sink.abort(err)
+				return d, end, err
+			}
+			break
+		}
+		if err := sink.frame(f); err != nil {
+			sink.abort(err)
+			return d, end, err
+		}
+		c.Stream.Add(int64(len(f.Payload)))
+	}
+	d, err = sink.finish()
+	if err != nil {
+		return d, end, err
+	}
+	if end.Size != h.ImageSize {
+		return d, end, fmt.Errorf("end frame announces %d bytes, header %d", end.Size, h.ImageSize)
+	}
+	if d != end.Digest {
+		return d, end, fmt.Errorf("%w (wrote %s, source %s)", ErrDigestMismatch, d.Short(), end.Digest.Short())
+	}
+	return d, end, nil
+}
+
+// frameSink is where verified frames go: straight to the target for raw
+// streams, through a decoder for compressed ones.
+type frameSink interface {
+	frame(Frame) error
+	finish() (imaging.Digest, error)
+	abort(error)
+}
+
+type rawSink struct {
+	w imaging.BlockWriter
+	d *imaging.Digester
+	c *Counters
+}
+
+func (s *rawSink) frame(f Frame) error {
+	switch f.Kind {
+	case FrameData:
+		if _, err := s.w.WriteAt(f.Payload, f.Offset); err != nil {
+			return err
+		}
+		s.d.Write(f.Payload)
+	case FrameZero:
+		if err := s.w.ZeroRange(f.Offset, f.Length); err != nil {
+			return err
+		}
+		s.d.WriteZeros(f.Length)
+	}
+	s.c.Written.Add(f.Length)
+	return nil
+}
+
+func (s *rawSink) finish() (imaging.Digest, error) { return s.d.Sum(), nil }
+func (s *rawSink) abort(error)                     {}
+
+// decodingSink feeds compressed payloads to a decoder running in its own
+// goroutine, which writes the raw bytes through a SparseWriter.
+type decodingSink struct {
+	pw   *io.PipeWriter
+	done chan struct{} // closed when the decoder has returned err
+	err  error
+	d    *imaging.Digester
+}
+
+func newDecodingSink(h StreamHeader, w imaging.BlockWriter, c *Counters) (*decodingSink, error) {
+	pr, pw := io.Pipe()
+	s := &decodingSink{pw: pw, done: make(chan struct{}), d: imaging.NewDigester()}
+	go func() {
+		s.err = decode(pr, h, w, s.d, c)
+		pr.CloseWithError(s.err) // unblocks a frame() waiting on the pipe
+		close(s.done)
+	}()
+	return s, nil
+}
+
+func decode(r io.Reader, h StreamHeader, w imaging.BlockWriter, d *imaging.Digester, c *Counters) error {
+	dec, err := imaging.NewDecoder(h.Encoding, r)
+	if err != nil {
+		return fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
+	}
+	defer dec.Close()
+	sw := imaging.NewSparseWriter(w, d, h.ImageSize)
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := dec.Read(buf)
+		if n > 0 {
+			if _, err := sw.Write(buf[:n]); err != nil {
+				return err
+			}
+			c.Written.Store(sw.Written())
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("decoding %s stream: %w", h.Encoding, rerr)
+		}
+	}
+	if err := sw.Close(); err != nil {
+		return err
+	}
+	c.Written.Store(sw.Written())
+	return nil
+}
+
+func (s *decodingSink) frame(f Frame) error {
+	if _, err := s.pw.Write(f.Payload); err != nil {
+		<-s.done
+		if s.err != nil {
+			return s.err // the decoder's own error says more than the pipe's
+		}
+		return fmt.Errorf("decoder stopped early: %w", err)
+	}
+	return nil
+}
+
+func (s *decodingSink) finish() (imaging.Digest, error) {
+	s.pw.Close()
+	<-s.done
+	if s.err != nil {
+		return imaging.Digest{}, s.err
+	}
+	return s.d.Sum(), nil
+}
+
+func (s *decodingSink) abort(err error) {
+	s.pw.CloseWithError(err)
+	<-s.done
+}

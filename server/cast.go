@@ -1,0 +1,275 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/imaging"
+)
+
+// castPlan is a logical topology with its vertices bound to nodes: vertex 0
+// is the source, vertex v is nodes[v-1].
+type castPlan struct {
+	tree  capacity.Tree
+	nodes []*nodeState
+}
+
+func (s *Server) plan(ready []*nodeState) castPlan {
+	n := len(ready)
+	var t capacity.Tree
+	switch s.cfg.Shape {
+	case capacity.KindStar:
+		t = capacity.Star(n)
+	case capacity.KindTree:
+		t = capacity.NaryTree(n, s.cfg.Fanout)
+	default:
+		t = capacity.Chain(n)
+	}
+	return castPlan{tree: t, nodes: ready}
+}
+
+func (p castPlan) name(v int) string {
+	if v == 0 {
+		return "dolly-server"
+	}
+	return p.nodes[v-1].name
+}
+
+// subtree lists the nodes at and below vertex v.
+func (p castPlan) subtree(v int) []*nodeState {
+	kids := p.tree.ChildLists()
+	var out []*nodeState
+	var walk func(int)
+	walk = func(v int) {
+		if v > 0 {
+			out = append(out, p.nodes[v-1])
+		}
+		for _, w := range kids[v] {
+			walk(w)
+		}
+	}
+	walk(v)
+	return out
+}
+
+// runCast assigns every node its place, streams the image and collects the
+// verdicts. It returns the source's digest.
+func (s *Server) runCast(ctx context.Context, p castPlan, ready []*nodeState) (imaging.Digest, error) {
+	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize)
+	if err != nil {
+		s.abortAll(err.Error())
+		return imaging.Digest{}, err
+	}
+	kids := p.tree.ChildLists()
+	now := time.Now()
+	s.mu.Lock()
+	for _, n := range p.nodes {
+		n.status, n.start = stCasting, now
+	}
+	s.mu.Unlock()
+	for v := 1; v < len(kids); v++ {
+		a := dolly.Assign{Upstream: p.name(p.tree.Parent[v])}
+		for _, w := range kids[v] {
+			a.Children = append(a.Children, dolly.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
+		}
+		if err := p.nodes[v-1].conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a}); err != nil {
+			s.nodeFailed(p.nodes[v-1], err.Error())
+		}
+	}
+
+	src := &source{s: s, enc: enc, plan: p, digest: make(chan imaging.Digest, 1)}
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- src.send(ctx, kids[0]) }()
+
+	view := newProgressView(s.cfg.Out, s.cfg.Interactive, s.cfg.ProgressEvery, s.img.Size)
+	tick := time.NewTicker(view.interval())
+	defer tick.Stop()
+	var digest imaging.Digest
+	haveDigest, sent := false, false
+	for {
+		select {
+		case err := <-sendErr:
+			sent = true
+			sendErr = nil
+			if err != nil {
+				s.abortAll(err.Error())
+				view.finish(s.snapshot(p), src.sent.Load())
+				return digest, err
+			}
+		case digest = <-src.digest:
+			haveDigest = true
+		case <-s.changed:
+		case <-tick.C:
+			view.draw(s.snapshot(p), src.sent.Load())
+		case <-ctx.Done():
+			s.abortAll("dolly-server was interrupted")
+			view.finish(s.snapshot(p), src.sent.Load())
+			return digest, ctx.Err()
+		}
+		if haveDigest {
+			s.sendVerdicts(p, digest)
+		}
+		if sent && s.allFinished(p) {
+			view.finish(s.snapshot(p), src.sent.Load())
+			return digest, nil
+		}
+	}
+}
+
+// sendVerdicts compares each reported digest with the source's and tells
+// the node. A node whose target is verified may reboot at once.
+func (s *Server) sendVerdicts(p castPlan, digest imaging.Digest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range p.nodes {
+		if n.status != stDone || n.verified || n.reason != "" {
+			continue
+		}
+		r := dolly.Result{OK: n.digest == digest.String()}
+		if r.OK {
+			n.verified = true
+			r.Message = "target verified"
+		} else {
+			n.reason = fmt.Sprintf("digest %.12s differs from the source's %s", n.digest, digest.Short())
+			r.Message = n.reason
+		}
+		if err := n.conn.Send(dolly.Message{Type: dolly.MsgResult, Result: &r}); err != nil {
+			s.log.Warn("sending verdict", "node", n.name, "err", err)
+		}
+	}
+}
+
+func (s *Server) allFinished(p castPlan) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range p.nodes {
+		if !n.finished() || (n.status == stDone && !n.verified && n.reason == "") {
+			return false
+		}
+	}
+	return true
+}
+
+// source streams the image to the source's children.
+type source struct {
+	s      *Server
+	enc    *dolly.Encoder
+	plan   castPlan
+	digest chan imaging.Digest
+	sent   atomic.Int64 // stream bytes sent (once, not per child)
+}
+
+type sink struct {
+	v    int
+	node *nodeState
+	conn net.Conn
+}
+
+func (src *source) send(ctx context.Context, children []int) error {
+	s := src.s
+	deadline := time.Now().Add(2 * time.Minute)
+	var sinks []*sink
+	defer func() {
+		for _, k := range sinks {
+			if k.conn != nil {
+				k.conn.Close()
+			}
+		}
+	}()
+	for _, v := range children {
+		n := src.plan.nodes[v-1]
+		c, err := dolly.DialData(ctx, n.dataAddr, deadline)
+		if err != nil {
+			src.cutOff(v, fmt.Sprintf("dolly-server cannot connect to it at %s: %v", n.dataAddr, err))
+			continue
+		}
+		sinks = append(sinks, &sink{v: v, node: n, conn: c})
+	}
+	hb := src.enc.Header().MarshalBinary()
+	src.write(sinks, hb, nil)
+	pace := newPacer(s.cfg.MaxRate)
+	for {
+		c, err := src.enc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("image %s: %w", s.cfg.Image, err)
+		}
+		if c.Kind == dolly.FrameEnd {
+			src.digest <- src.enc.Digest()
+		}
+		if !src.write(sinks, c.Header, c.Payload) {
+			return errors.New("no node is left to send to")
+		}
+		n := len(c.Header) + len(c.Payload)
+		src.sent.Add(int64(n))
+		if err := pace.wait(ctx, n); err != nil {
+			return err
+		}
+	}
+	for _, k := range sinks {
+		if k.conn != nil {
+			k.conn.(interface{ CloseWrite() error }).CloseWrite()
+		}
+	}
+	return nil
+}
+
+// write sends one frame to every live child and reports whether any is left.
+func (src *source) write(sinks []*sink, header, payload []byte) bool {
+	alive := false
+	for _, k := range sinks {
+		if k.conn == nil {
+			continue
+		}
+		bufs := net.Buffers{header, payload}
+		if _, err := bufs.WriteTo(k.conn); err != nil {
+			k.conn.Close()
+			k.conn = nil
+			src.cutOff(k.v, fmt.Sprintf("sending to it failed: %v", err))
+			continue
+		}
+		alive = true
+	}
+	return alive
+}
+
+// cutOff fails vertex v, whose stream cannot be delivered, and aborts the
+// nodes below it, which would otherwise wait for a stream that never comes.
+func (src *source) cutOff(v int, reason string) {
+	s := src.s
+	for i, n := range src.plan.subtree(v) {
+		r := reason
+		if i > 0 {
+			r = fmt.Sprintf("upstream %s was cut off", src.plan.name(v))
+		}
+		s.nodeFailed(n, r)
+		n.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: r})
+	}
+}
+
+// snapshot copies what the progress view needs.
+func (s *Server) snapshot(p castPlan) []nodeView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	out := make([]nodeView, len(p.nodes))
+	for i, n := range p.nodes {
+		v := nodeView{name: n.name, status: n.status, written: n.progress.Written, rate: n.rate, reason: n.reason, verified: n.verified}
+		end := now
+		if !n.end.IsZero() {
+			end = n.end
+		}
+		v.elapsed = end.Sub(n.start)
+		out[i] = v
+	}
+	return out
+}

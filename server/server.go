@@ -1,0 +1,507 @@
+// Package server is dolly-server's coordinator: it registers nodes, checks
+// their targets, plans the cast, streams the image as the source, shows
+// progress and verifies every node's digest against the source's.
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/imaging"
+)
+
+// Config configures one cast.
+type Config struct {
+	Image  string // image file or block device
+	Shape  capacity.Kind
+	Fanout int    // for trees
+	Nodes  int    // start once this many nodes have joined (0: ask on a terminal)
+	Target string // default target for nodes that name none
+	Listen string // control address, host:port
+
+	MaxRate   float64 // source sending rate limit in bytes/s (0: none)
+	FrameSize int
+	Yes       bool // do not ask for confirmation
+
+	// JoinTimeout bounds the wait for nodes (0: wait forever).
+	JoinTimeout time.Duration
+	// ProgressEvery is the interval of plain progress lines.
+	ProgressEvery time.Duration
+
+	Out         io.Writer // the admin's view: plan, progress, summary
+	In          io.Reader // answers to prompts
+	Interactive bool      // Out and In are a terminal
+	Logger      *slog.Logger
+
+	// Ready, if set, receives the control address once the server listens.
+	Ready func(addr net.Addr)
+}
+
+// DefaultListen is the control port nodes connect to.
+const DefaultListen = ":9700"
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.FrameSize == 0 {
+		c.FrameSize = dolly.DefaultFrameSize
+	}
+	if c.Shape == "" {
+		c.Shape = capacity.KindChain
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 5 * time.Second
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Summary is the outcome of a cast.
+type Summary struct {
+	Image    string
+	Size     int64
+	Digest   imaging.Digest
+	Nodes    []NodeSummary
+	Elapsed  time.Duration
+	Verified int
+}
+
+// NodeSummary is one node's outcome.
+type NodeSummary struct {
+	Name     string
+	Target   string
+	Status   string
+	Reason   string
+	Elapsed  time.Duration
+	Verified bool
+}
+
+// ErrNotAllVerified means the cast ended with at least one node not verified.
+var ErrNotAllVerified = errors.New("not every node was verified")
+
+// Server runs one cast.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	img  *imaging.Image
+	ln   net.Listener
+	cast dolly.CastID
+
+	mu      sync.Mutex
+	nodes   []*nodeState // in join order
+	byName  map[string]*nodeState
+	started bool // the plan is fixed; later joins are turned away
+	changed chan struct{}
+
+	scanned chan struct{} // closed once the image's size and digest are known
+	scanErr error
+}
+
+// Run casts cfg.Image to the nodes that join and returns the summary. The
+// error is nil only if every node verified its target.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	cfg.defaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1), scanned: make(chan struct{})}
+	if _, err := rand.Read(s.cast[:]); err != nil {
+		return Summary{}, err
+	}
+	if err := dolly.CheckFrameSize(cfg.FrameSize); err != nil {
+		return Summary{}, err
+	}
+	img, err := imaging.OpenImage(cfg.Image)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer img.Close()
+	s.img = img
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return Summary{}, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	s.ln = ln
+	defer ln.Close()
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr())
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer func() {
+		// Stop taking nodes and hang up on the ones we have, then wait for
+		// their goroutines, so Run leaves nothing behind.
+		cancel()
+		ln.Close()
+		s.closeAll()
+		wg.Wait()
+	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
+	go s.scan(ctx)
+	return s.run(ctx)
+}
+
+func (s *Server) run(ctx context.Context) (Summary, error) {
+	sum := Summary{Image: s.cfg.Image}
+	fmt.Fprintf(s.cfg.Out, "dolly-server: image %s (%s, %s stored), listening on %s\n",
+		s.cfg.Image, s.img.Encoding, imaging.FormatBytes(s.img.StreamSize), s.ln.Addr())
+	select {
+	case <-s.scanned:
+	case <-ctx.Done():
+		return sum, ctx.Err()
+	}
+	if s.scanErr != nil {
+		s.abortAll(s.scanErr.Error())
+		return sum, s.scanErr
+	}
+	sum.Size = s.img.Size
+
+	ready, err := s.waitForNodes(ctx)
+	if err != nil {
+		s.abortAll(err.Error())
+		return s.summary(sum), err
+	}
+	plan := s.plan(ready)
+	s.printPlan(plan, ready)
+	if !s.cfg.Yes && s.cfg.Interactive {
+		ok, err := s.confirm(ready)
+		if err != nil || !ok {
+			s.abortAll("cancelled by the operator")
+			return s.summary(sum), errors.New("cast cancelled")
+		}
+	}
+	start := time.Now()
+	digest, err := s.runCast(ctx, plan, ready)
+	sum.Digest = digest
+	sum.Elapsed = time.Since(start)
+	sum = s.summary(sum)
+	s.printSummary(sum)
+	if err != nil {
+		return sum, err
+	}
+	if sum.Verified != len(sum.Nodes) {
+		return sum, fmt.Errorf("%w: %d of %d verified", ErrNotAllVerified, sum.Verified, len(sum.Nodes))
+	}
+	return sum, nil
+}
+
+// scan learns a compressed image's raw size and digest before any node is
+// welcomed, so a truncated image is caught before a byte is written.
+func (s *Server) scan(ctx context.Context) {
+	defer close(s.scanned)
+	if !s.img.Encoding.Compressed() {
+		return
+	}
+	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)
+	start := time.Now()
+	last := start
+	err := s.img.Scan(ctx, func(raw int64) {
+		if now := time.Now(); now.Sub(last) >= s.cfg.ProgressEvery {
+			last = now
+			fmt.Fprintf(s.cfg.Out, "  scanned %s so far\n", imaging.FormatBytes(raw))
+		}
+	})
+	if err != nil {
+		s.scanErr = err
+		return
+	}
+	fmt.Fprintf(s.cfg.Out, "  %s decodes to %s (compression factor %.2f) in %s\n", s.cfg.Image,
+		imaging.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
+}
+
+func (s *Server) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("accept", "err", err)
+			}
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handleNode(ctx, dolly.NewConn(c))
+		}()
+	}
+}
+
+// handleNode serves one node's control connection for its whole life.
+func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
+	defer c.Close()
+	m, err := c.Recv(30 * time.Second)
+	if err != nil {
+		s.log.Warn("no hello", "from", c.RemoteAddr(), "err", err)
+		return
+	}
+	if m.Type != dolly.MsgHello {
+		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
+		return
+	}
+	n, reason := s.register(c, m.Hello)
+	if n == nil {
+		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", reason)
+		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
+		return
+	}
+	s.log.Info("node joined", "node", n.name, "from", n.from)
+	s.signal()
+	defer s.signal()
+
+	select {
+	case <-s.scanned:
+	case <-ctx.Done():
+		return
+	}
+	if s.scanErr != nil {
+		return // abortAll tells the node
+	}
+	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, Encoding: s.img.Encoding.String(), ImageSize: s.img.Size, StreamSize: s.img.StreamSize, Target: s.cfg.Target}
+	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
+		s.nodeFailed(n, err.Error())
+		return
+	}
+	for {
+		m, err := c.Recv(0)
+		if err != nil {
+			s.lostNode(n, err)
+			return
+		}
+		s.handleMessage(n, m)
+	}
+}
+
+// register adds a node, or says why it cannot join.
+func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
+	if h.Version != dolly.Version {
+		return nil, fmt.Sprintf("protocol version %d, server speaks %d: run the same dolly version on server and nodes", h.Version, dolly.Version)
+	}
+	if h.Name == "" {
+		return nil, "node has no name: give it -name"
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	dhost, dport, err := net.SplitHostPort(h.DataAddr)
+	if err != nil || dport == "" {
+		return nil, fmt.Sprintf("bad data address %q", h.DataAddr)
+	}
+	if dhost == "" {
+		dhost = host
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil, "the cast has already started: wait for the next cast"
+	}
+	if old, dup := s.byName[h.Name]; dup {
+		return nil, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
+	}
+	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined}
+	s.nodes = append(s.nodes, n)
+	s.byName[n.name] = n
+	return n, ""
+}
+
+func (s *Server) handleMessage(n *nodeState, m dolly.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	switch m.Type {
+	case dolly.MsgReady:
+		if n.status != stJoined {
+			return
+		}
+		n.status, n.target, n.targetSize, n.block = stReady, m.Ready.Target, m.Ready.TargetSize, m.Ready.Block
+		s.log.Info("node ready", "node", n.name, "target", n.target)
+	case dolly.MsgProgress:
+		if n.status == stCasting {
+			n.observe(*m.Progress, now)
+		}
+	case dolly.MsgDone:
+		if n.status != stCasting {
+			return
+		}
+		n.status, n.end, n.digest, n.lost = stDone, now, m.Done.Digest, m.Done.Lost
+		n.progress.Written = m.Done.Written
+	case dolly.MsgFail:
+		switch n.status {
+		case stJoined, stReady:
+			n.status = stRefused
+		case stCasting:
+			n.status, n.end = stFailed, now
+		default:
+			return
+		}
+		n.reason = m.Reason
+		s.log.Warn("node failed", "node", n.name, "reason", m.Reason)
+	default:
+		return
+	}
+	s.signal()
+}
+
+func (s *Server) nodeFailed(n *nodeState, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.finished() {
+		return
+	}
+	if n.status == stCasting {
+		n.status, n.end = stFailed, time.Now()
+	} else {
+		n.status = stRefused
+	}
+	n.reason = reason
+	s.signal()
+}
+
+// lostNode records a control connection that ended before the node finished.
+func (s *Server) lostNode(n *nodeState, err error) {
+	s.mu.Lock()
+	done := n.finished()
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	reason := "lost contact"
+	if !errors.Is(err, io.EOF) {
+		reason = fmt.Sprintf("lost contact: %v", err)
+	}
+	s.log.Warn("node lost", "node", n.name, "err", err)
+	s.nodeFailed(n, reason)
+}
+
+// waitForNodes waits until the expected nodes have joined and answered,
+// and returns the ready ones in plan order.
+func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
+	want := s.cfg.Nodes
+	var enter chan struct{}
+	if want == 0 {
+		enter = make(chan struct{})
+		fmt.Fprintln(s.cfg.Out, "waiting for nodes; press Enter to start with the nodes that have joined")
+		go func() {
+			bufio.NewReader(s.cfg.In).ReadString('\n')
+			close(enter)
+		}()
+	} else {
+		fmt.Fprintf(s.cfg.Out, "waiting for %d nodes to join\n", want)
+	}
+	var timeout <-chan time.Time
+	if s.cfg.JoinTimeout > 0 {
+		t := time.NewTimer(s.cfg.JoinTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	reported := 0
+	pressed := false
+	for {
+		s.mu.Lock()
+		joined := len(s.nodes)
+		answered := 0
+		for _, n := range s.nodes {
+			if n.status != stJoined {
+				answered++
+			}
+		}
+		for _, n := range s.nodes[reported:] {
+			fmt.Fprintf(s.cfg.Out, "  joined %-16s from %s (%d", n.name, n.from, joined)
+			if want > 0 {
+				fmt.Fprintf(s.cfg.Out, "/%d", want)
+			}
+			fmt.Fprintln(s.cfg.Out, ")")
+		}
+		reported = joined
+		enough := (want > 0 && joined >= want) || (want == 0 && pressed && joined > 0)
+		if enough && answered == joined {
+			s.started = true
+			var ready []*nodeState
+			for _, n := range s.nodes {
+				switch n.status {
+				case stReady:
+					ready = append(ready, n)
+				case stRefused:
+					fmt.Fprintf(s.cfg.Out, "  refused %s: %s\n", n.name, n.reason)
+				}
+			}
+			s.mu.Unlock()
+			if len(ready) == 0 {
+				return nil, errors.New("no node is ready to receive the image")
+			}
+			sortNodes(ready)
+			return ready, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.changed:
+		case <-enter:
+			pressed, enter = true, nil
+			if joined == 0 {
+				fmt.Fprintln(s.cfg.Out, "no node has joined yet; waiting for the first")
+			}
+		case <-timeout:
+			return nil, fmt.Errorf("timed out waiting for nodes: %d of %d joined", joined, want)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// abortAll tells every node that has not finished that the cast is off.
+func (s *Server) abortAll(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.started = true
+	for _, n := range s.nodes {
+		if !n.finished() || n.status == stRefused {
+			n.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: reason})
+		}
+	}
+}
+
+func (s *Server) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		n.conn.Close()
+	}
+}
+
+func (s *Server) summary(sum Summary) Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum.Nodes = nil
+	sum.Verified = 0
+	ns := append([]*nodeState(nil), s.nodes...)
+	sortNodes(ns)
+	for _, n := range ns {
+		ns := NodeSummary{Name: n.name, Target: n.target, Status: n.status.String(), Reason: n.reason, Verified: n.verified}
+		if !n.start.IsZero() && !n.end.IsZero() {
+			ns.Elapsed = n.end.Sub(n.start)
+		}
+		if n.verified {
+			sum.Verified++
+		}
+		sum.Nodes = append(sum.Nodes, ns)
+	}
+	return sum
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"dolly/dolly"
+)
+
+// status is where a node stands in the cast.
+type status int
+
+const (
+	stJoined  status = iota // said hello, target not yet checked
+	stReady                 // target checked, waiting for the cast
+	stRefused               // target refused before the cast; nothing written
+	stCasting               // receiving and writing
+	stDone                  // reported its digest; verdict sent
+	stFailed                // failed during the cast
+)
+
+func (s status) String() string {
+	return [...]string{"joined", "ready", "refused", "casting", "done", "failed"}[s]
+}
+
+// nodeState is the server's view of one node. Fields are guarded by the
+// Server's mutex.
+type nodeState struct {
+	name       string
+	from       string // remote address of the control connection
+	dataAddr   string
+	target     string
+	targetSize int64
+	block      bool
+	conn       *dolly.Conn
+
+	status status
+	reason string // why refused or failed
+
+	progress   dolly.Progress
+	progressAt time.Time
+	rate       float64 // smoothed raw bytes/s
+	start, end time.Time
+	digest     string
+	verified   bool
+	lost       []string
+}
+
+// finished reports whether the node needs nothing more in this cast.
+func (n *nodeState) finished() bool {
+	return n.status == stDone || n.status == stFailed || n.status == stRefused
+}
+
+// observe folds a progress report into the node's rate.
+func (n *nodeState) observe(p dolly.Progress, now time.Time) {
+	if !n.progressAt.IsZero() {
+		if dt := now.Sub(n.progressAt).Seconds(); dt > 0 {
+			inst := float64(p.Written-n.progress.Written) / dt
+			if n.rate == 0 {
+				n.rate = inst
+			} else {
+				n.rate = 0.7*n.rate + 0.3*inst
+			}
+		}
+	}
+	n.progress, n.progressAt = p, now
+}
+
+// naturalLess orders names so that pc2 sorts before pc10.
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		da, db := digitPrefix(a), digitPrefix(b)
+		if da != "" && db != "" {
+			na, _ := strconv.ParseUint(da, 10, 64)
+			nb, _ := strconv.ParseUint(db, 10, 64)
+			if na != nb {
+				return na < nb
+			}
+			if len(da) != len(db) {
+				return len(da) < len(db)
+			}
+			a, b = a[len(da):], b[len(db):]
+			continue
+		}
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) < len(b)
+}
+
+func digitPrefix(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i]
+}
+
+func sortNodes(ns []*nodeState) {
+	sort.SliceStable(ns, func(i, j int) bool { return naturalLess(ns[i].name, ns[j].name) })
+}
+
+// formatDuration renders a duration for people: 45s, 3m07s, 1h02m.
+func formatDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	s := int(d.Round(time.Second).Seconds())
+	switch {
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+}
+
+// mbps renders bytes/s as MB/s (10^6).
+func mbps(bytesPerSec float64) string {
+	return strconv.FormatFloat(bytesPerSec/1e6, 'f', 1, 64)
+}
+
+func joinNames(ns []*nodeState, limit int) string {
+	var names []string
+	for i, n := range ns {
+		if i == limit {
+			names = append(names, fmt.Sprintf("… (%d more)", len(ns)-limit))
+			break
+		}
+		names = append(names, n.name)
+	}
+	return strings.Join(names, ", ")
+}

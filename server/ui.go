@@ -1,0 +1,219 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"dolly/imaging"
+)
+
+// printPlan shows who sends to whom and what each node will overwrite.
+func (s *Server) printPlan(p castPlan, ready []*nodeState) {
+	out := s.cfg.Out
+	kind := "raw"
+	if s.img.Encoding.Compressed() {
+		kind = s.img.Encoding.String() + ", forwarded compressed"
+	}
+	fmt.Fprintf(out, "\nplan: %s over %d nodes (depth %d), image %s (%s, %s)\n",
+		p.tree.Name(), p.tree.Nodes(), p.tree.Depth(), s.cfg.Image, imaging.FormatBytes(s.img.Size), kind)
+	if s.cfg.MaxRate > 0 {
+		fmt.Fprintf(out, "  source rate limited to %s MB/s\n", mbps(s.cfg.MaxRate))
+	}
+	text := p.tree.Format(p.name)
+	if p.tree.Kind == "chain" {
+		text = wrapChain(text, 100)
+	}
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		fmt.Fprintf(out, "  %s\n", line)
+	}
+	fmt.Fprintln(out, "targets:")
+	for _, n := range ready {
+		kind := "file"
+		if n.block {
+			kind = "block device"
+		}
+		fmt.Fprintf(out, "  %-16s %s (%s, %s)\n", n.name, n.target, kind, imaging.FormatBytes(n.targetSize))
+	}
+}
+
+// wrapChain breaks a long "a → b → c" line after an arrow.
+func wrapChain(line string, width int) string {
+	parts := strings.Split(strings.TrimSpace(line), " → ")
+	var b strings.Builder
+	col := 0
+	for i, p := range parts {
+		if i > 0 {
+			if col+len(p)+3 > width {
+				b.WriteString(" →\n  → ")
+				col = 4
+			} else {
+				b.WriteString(" → ")
+				col += 3
+			}
+		}
+		b.WriteString(p)
+		col += len(p)
+	}
+	return b.String() + "\n"
+}
+
+// confirm asks the operator before anything is overwritten.
+func (s *Server) confirm(ready []*nodeState) (bool, error) {
+	targets := map[string]int{}
+	for _, n := range ready {
+		targets[n.target]++
+	}
+	var ts []string
+	for t, k := range targets {
+		ts = append(ts, fmt.Sprintf("%s (%d)", t, k))
+	}
+	sort.Strings(ts)
+	fmt.Fprintf(s.cfg.Out, "\nThis overwrites %s on %d nodes with %s. Start the cast? [y/N] ",
+		strings.Join(ts, ", "), len(ready), s.cfg.Image)
+	answer, err := bufio.NewReader(s.cfg.In).ReadString('\n')
+	if err != nil && answer == "" {
+		return false, err
+	}
+	answer = strings.ToLower(strings.TrimSpace(answer))
+	return answer == "y" || answer == "yes", nil
+}
+
+// nodeView is a snapshot of one node for display.
+type nodeView struct {
+	name     string
+	status   status
+	written  int64
+	rate     float64
+	elapsed  time.Duration
+	reason   string
+	verified bool
+}
+
+// progressView shows the cast while it runs: a live table redrawn in place
+// on a terminal, plain periodic lines otherwise.
+type progressView struct {
+	out      io.Writer
+	live     bool
+	every    time.Duration
+	size     int64
+	start    time.Time
+	lines    int // lines drawn last time (live mode)
+	maxLines int
+}
+
+func newProgressView(out io.Writer, live bool, every time.Duration, size int64) *progressView {
+	return &progressView{out: out, live: live, every: every, size: size, start: time.Now(), maxLines: 30}
+}
+
+func (v *progressView) interval() time.Duration {
+	if v.live {
+		return 500 * time.Millisecond
+	}
+	return v.every
+}
+
+func (v *progressView) row(n nodeView) string {
+	pct := float64(n.written) / float64(max(v.size, 1)) * 100
+	avg := float64(n.written) / max(n.elapsed.Seconds(), 1e-9)
+	var state string
+	switch {
+	case n.status == stFailed:
+		state = "FAILED: " + n.reason
+	case n.verified:
+		state = "verified"
+	case n.status == stDone:
+		state = "verifying"
+	default:
+		eta := "—"
+		if n.rate > 0 {
+			eta = formatDuration(time.Duration(float64(v.size-n.written) / n.rate * float64(time.Second)))
+		}
+		state = "ETA " + eta
+	}
+	bar := ""
+	if v.live {
+		const width = 20
+		full := int(pct / 100 * width)
+		bar = "[" + strings.Repeat("#", full) + strings.Repeat(".", width-full) + "] "
+	}
+	return fmt.Sprintf("%-16s %s%5.1f%% %10s %7s MB/s  %s", n.name, bar, pct, imaging.FormatBytes(n.written), mbps(avg), state)
+}
+
+// draw renders one update.
+func (v *progressView) draw(nodes []nodeView, sent int64) {
+	elapsed := time.Since(v.start)
+	head := fmt.Sprintf("casting %s: %s sent by the source, %s elapsed", imaging.FormatBytes(v.size), imaging.FormatBytes(sent), formatDuration(elapsed))
+	if !v.live {
+		fmt.Fprintln(v.out, head)
+		for _, n := range nodes {
+			fmt.Fprintf(v.out, "  %s\n", v.row(n))
+		}
+		return
+	}
+	shown := nodes
+	hidden := 0
+	if len(shown) > v.maxLines {
+		// Show the nodes furthest behind: they decide when the cast ends.
+		shown = append([]nodeView(nil), nodes...)
+		sort.SliceStable(shown, func(i, j int) bool { return shown[i].written < shown[j].written })
+		hidden = len(shown) - v.maxLines
+		shown = shown[:v.maxLines]
+	}
+	var b strings.Builder
+	if v.lines > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", v.lines)
+	}
+	lines := 0
+	put := func(s string) {
+		b.WriteString("\x1b[2K")
+		b.WriteString(s)
+		b.WriteString("\n")
+		lines++
+	}
+	put(head)
+	for _, n := range shown {
+		put("  " + v.row(n))
+	}
+	if hidden > 0 {
+		put(fmt.Sprintf("  … and %d nodes further ahead", hidden))
+	}
+	v.lines = lines
+	io.WriteString(v.out, b.String())
+}
+
+// finish draws the final state.
+func (v *progressView) finish(nodes []nodeView, sent int64) { v.draw(nodes, sent) }
+
+// printSummary shows the outcome per node.
+func (s *Server) printSummary(sum Summary) {
+	out := s.cfg.Out
+	fmt.Fprintf(out, "\nsummary: %s (%s), source digest %s: %d of %d nodes verified in %s\n",
+		sum.Image, imaging.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
+	fmt.Fprintf(out, "  %-16s %-24s %8s %8s  %s\n", "node", "target", "time", "MB/s", "result")
+	for _, n := range sum.Nodes {
+		result := "OK (digest verified)"
+		if !n.Verified {
+			result = strings.ToUpper(n.Status)
+			if n.Reason != "" {
+				result += ": " + n.Reason
+			}
+		}
+		t, rate := "—", "—"
+		if n.Elapsed > 0 && n.Verified {
+			t = formatDuration(n.Elapsed)
+			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
+		}
+		fmt.Fprintf(out, "  %-16s %-24s %8s %8s  %s\n", n.Name, n.Target, t, rate, result)
+	}
+}
+
+func shortDigest(d imaging.Digest) string {
+	if d.IsZero() {
+		return "(none)"
+	}
+	return d.Short()
+}
