@@ -26,7 +26,10 @@ type NodeConfig struct {
 	ConnectTimeout time.Duration
 	// ProgressEvery is how often the node reports progress.
 	ProgressEvery time.Duration
-	Logger        *slog.Logger
+	// NoSplice forwards with user-space copies even where splice works, to
+	// compare the two or to work around a kernel that misbehaves.
+	NoSplice bool
+	Logger   *slog.Logger
 }
 
 func (c *NodeConfig) defaults() {
@@ -190,19 +193,27 @@ func (n *node) readControl() {
 	}
 }
 
-// next returns the next control message; an abort or a lost server is an error.
+// next returns the next control message; an abort or a lost server is an
+// error. Messages that arrived before the connection ended come first.
 func (n *node) next(ctx context.Context) (Message, error) {
+	var m Message
 	select {
-	case m := <-n.msgs:
-		if m.Type == MsgAbort {
-			return m, fmt.Errorf("server aborted the cast: %s", m.Reason)
-		}
-		return m, nil
+	case m = <-n.msgs:
 	case err := <-n.rerr:
-		return Message{}, fmt.Errorf("lost the server: %w", err)
+		select {
+		case m = <-n.msgs:
+			n.rerr <- err // for the next call
+		default:
+			n.rerr <- err
+			return Message{}, fmt.Errorf("lost the server: %w", err)
+		}
 	case <-ctx.Done():
 		return Message{}, ctx.Err()
 	}
+	if m.Type == MsgAbort {
+		return m, fmt.Errorf("server aborted the cast: %s", m.Reason)
+	}
+	return m, nil
 }
 
 // cast sets up the data path, receives, writes and forwards the image.
@@ -253,6 +264,9 @@ func (n *node) cast(ctx context.Context, w *Welcome, target string, a *Assign) (
 		return res, n.fail(err.Error())
 	}
 	defer relay.Local.Close()
+	if n.cfg.NoSplice {
+		relay.zeroCopy = false
+	}
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run() }()
 	n.log.Info("casting", "upstream", a.Upstream, "children", len(children), "zero_copy", relay.ZeroCopy())

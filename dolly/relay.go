@@ -28,6 +28,9 @@ type Relay struct {
 	mu        sync.Mutex
 	childErr  []error
 	zeroCopy  bool
+	// teeLimit, when set, caps each tee so tests can exercise the
+	// short-tee path that the kernel takes only rarely.
+	teeLimit int
 }
 
 // pipeSize is the capacity asked of every pipe: one splice moves at most

@@ -167,7 +167,11 @@ func (r *Relay) runSplice() (err error) {
 				teed[i] = -1
 				continue
 			}
-			m, _ := teeAll(in.r, ch.pipe.w, n)
+			want := n
+			if r.teeLimit > 0 {
+				want = min(n, r.teeLimit)
+			}
+			m, _ := teeAll(in.r, ch.pipe.w, want)
 			teed[i] = m
 			if m < n {
 				short = append(short, i)

@@ -105,7 +105,8 @@ type Server struct {
 	mu      sync.Mutex
 	nodes   []*nodeState // in join order
 	byName  map[string]*nodeState
-	started bool // the plan is fixed; later joins are turned away
+	started bool   // the plan is fixed; later joins are turned away
+	aborted string // why the cast was called off, for nodes that come later
 	changed chan struct{}
 
 	scanned chan struct{} // closed once the image's size and digest are known
@@ -310,6 +311,9 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.aborted != "" {
+		return nil, "the cast was aborted: " + s.aborted
+	}
 	if s.started {
 		return nil, "the cast has already started: wait for the next cast"
 	}
@@ -471,6 +475,9 @@ func (s *Server) abortAll(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started = true
+	if s.aborted == "" {
+		s.aborted = reason
+	}
 	for _, n := range s.nodes {
 		if !n.finished() || n.status == stRefused {
 			n.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: reason})

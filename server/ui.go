@@ -193,7 +193,14 @@ func (s *Server) printSummary(sum Summary) {
 	out := s.cfg.Out
 	fmt.Fprintf(out, "\nsummary: %s (%s), source digest %s: %d of %d nodes verified in %s\n",
 		sum.Image, imaging.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
-	fmt.Fprintf(out, "  %-16s %-24s %8s %8s  %s\n", "node", "target", "time", "MB/s", "result")
+	nameW, targetW := len("node"), len("target")
+	for _, n := range sum.Nodes {
+		nameW, targetW = max(nameW, len(n.Name)), max(targetW, len(n.Target))
+	}
+	row := func(name, target, t, rate, result string) {
+		fmt.Fprintf(out, "  %-*s  %-*s  %8s %8s  %s\n", nameW, name, targetW, target, t, rate, result)
+	}
+	row("node", "target", "time", "MB/s", "result")
 	for _, n := range sum.Nodes {
 		result := "OK (digest verified)"
 		if !n.Verified {
@@ -207,7 +214,7 @@ func (s *Server) printSummary(sum Summary) {
 			t = formatDuration(n.Elapsed)
 			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
 		}
-		fmt.Fprintf(out, "  %-16s %-24s %8s %8s  %s\n", n.Name, n.Target, t, rate, result)
+		row(n.Name, n.Target, t, rate, result)
 	}
 }
 

@@ -52,6 +52,7 @@ func run() int {
 	name := fs.String("name", "", "name shown by the server (default: hostname)")
 	dataListen := fs.String("listen-data", ":0", "address the upstream node connects to")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the server cannot be reached within this time (0: keep trying)")
+	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, usage)
@@ -85,6 +86,7 @@ func run() int {
 		Name:        *name,
 		DataListen:  *dataListen,
 		JoinTimeout: *joinTimeout,
+		NoSplice:    *noSplice,
 		Logger:      cli.Logger(os.Stderr, *verbose),
 	})
 	if err != nil {

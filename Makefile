@@ -1,0 +1,27 @@
+# dolly — see README.md. Every target works on a fresh checkout.
+GO  ?= go
+BIN ?= bin
+
+.PHONY: all build test demo bench-relay clean
+
+all: build
+
+## build: the node (bin/dolly) and the server (bin/dolly-server)
+build:
+	$(GO) build -o $(BIN)/ ./dolly/cmd/dolly ./server/cmd/dolly-server
+
+## test: vet and every test (root-only tests skip themselves without root)
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+## demo: cast a sample ext4 image to 24 local nodes and verify every target
+demo: build
+	$(GO) run ./internal/demo -bin $(BIN)
+
+## bench-relay: CPU per GB of a relay node, dolly against nc | tee | nc
+bench-relay: build
+	$(GO) run ./internal/benchrelay -bin $(BIN)
+
+clean:
+	rm -rf $(BIN)

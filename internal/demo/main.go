@@ -1,0 +1,134 @@
+// Command demo is `make demo`: it makes a realistic sample image, casts it
+// with dolly-server to 24 dolly nodes on this machine over loopback, checks
+// every target's sha256 against the image and cleans up.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"dolly/internal/sampleimage"
+	"dolly/internal/testimage"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	nodes := flag.Int("nodes", 24, "number of local nodes")
+	size := flag.Int64("size", 384<<20, "image size in bytes")
+	files := flag.Int64("files", 140<<20, "bytes of real files in the image")
+	bin := flag.String("bin", "bin", "directory holding dolly and dolly-server")
+	topo := flag.String("topology", "-chain", "topology flag passed to dolly-server")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	dir, err := os.MkdirTemp("", "dolly-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	img := filepath.Join(dir, "nt.img")
+	fmt.Printf("demo: building a %d MiB ext4 sample image from %d MiB of this machine's files…\n", *size>>20, *files>>20)
+	if err := sampleimage.Build(ctx, img, sampleimage.Spec{Size: *size, Files: *files}); err != nil {
+		return err
+	}
+	want, err := testimage.SHA256(img, -1)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("demo: image sha256 %s\n", want[:16])
+
+	// Each target holds some old data at its start, like a used disk.
+	var targets []string
+	for i := range *nodes {
+		t := filepath.Join(dir, fmt.Sprintf("pc%02d.disk", i+1))
+		if err := testimage.Fill(t, 0xEE, 8<<20); err != nil {
+			return err
+		}
+		if err := os.Truncate(t, *size); err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	fmt.Printf("demo: dolly-server -image nt.img %s -nodes %d -yes, and %d nodes on 127.0.0.1\n\n", *topo, *nodes, *nodes)
+	server := exec.CommandContext(ctx, filepath.Join(*bin, "dolly-server"), "-image", img, *topo,
+		"-nodes", fmt.Sprint(*nodes), "-yes", "-listen", addr, "-progress-interval", "2s")
+	server.Stdout, server.Stderr, server.Stdin = os.Stdout, os.Stderr, os.Stdin
+	if err := server.Start(); err != nil {
+		return err
+	}
+	var procs []*exec.Cmd
+	for i, t := range targets {
+		logf, err := os.Create(t + ".log")
+		if err != nil {
+			return err
+		}
+		defer logf.Close()
+		n := exec.CommandContext(ctx, filepath.Join(*bin, "dolly"), "-server", addr, "-target", t,
+			"-name", fmt.Sprintf("pc%02d", i+1), "-listen-data", "127.0.0.1:0", "-join-timeout", "30s")
+		n.Stdout, n.Stderr = logf, logf
+		if err := n.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, n)
+	}
+	var failed []string
+	for i, n := range procs {
+		if err := n.Wait(); err != nil {
+			log, _ := os.ReadFile(targets[i] + ".log")
+			failed = append(failed, fmt.Sprintf("pc%02d: %v\n%s", i+1, err, log))
+		}
+	}
+	serverErr := server.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if serverErr != nil {
+		failed = append(failed, fmt.Sprintf("dolly-server: %v", serverErr))
+	}
+
+	fmt.Println()
+	ok := 0
+	for i, t := range targets {
+		got, err := testimage.SHA256(t, *size)
+		if err == nil && got == want {
+			ok++
+			continue
+		}
+		failed = append(failed, fmt.Sprintf("pc%02d: target sha256 %.16s differs from the image's %.16s (%v)", i+1, got, want, err))
+	}
+	if len(failed) > 0 {
+		for _, f := range failed {
+			fmt.Fprintln(os.Stderr, f)
+		}
+		return errors.New("the demo cast failed")
+	}
+	fmt.Printf("demo: %d of %d targets hold the image byte for byte (sha256 %.16s…), %s in all; cleaned up %s\n",
+		ok, len(targets), want, time.Since(start).Round(100*time.Millisecond), dir)
+	return nil
+}

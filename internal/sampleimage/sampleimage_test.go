@@ -1,0 +1,40 @@
+package sampleimage
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"dolly/imaging"
+)
+
+func TestBuild(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("mkfs.ext4 not installed (e2fsprogs)")
+	}
+	path := filepath.Join(t.TempDir(), "sample.img")
+	if err := Build(t.Context(), path, Spec{Size: 64 << 20, Files: 8 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != 64<<20 {
+		t.Fatalf("image: %v, size %d", err, st.Size())
+	}
+	b, _ := os.ReadFile(path)
+	// ext4's superblock magic 0xEF53 at offset 1024+56.
+	if b[1080] != 0x53 || b[1081] != 0xEF {
+		t.Fatal("not an ext4 filesystem")
+	}
+	var zero, data int
+	for off := 0; off < len(b); off += imaging.ZeroBlock {
+		if imaging.IsZero(b[off : off+imaging.ZeroBlock]) {
+			zero++
+		} else {
+			data++
+		}
+	}
+	if data*4096 < 6<<20 || zero < data {
+		t.Fatalf("%d data blocks, %d zero blocks: want ~8 MB of files and mostly free space", data, zero)
+	}
+}

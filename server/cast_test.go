@@ -1,0 +1,227 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/imaging"
+	"dolly/internal/testimage"
+)
+
+// castResult is what one in-process cast produced.
+type castResult struct {
+	sum      Summary
+	err      error
+	out      string
+	nodeErrs []error
+}
+
+// cast runs a real server and one real node per target over loopback TCP.
+func cast(t *testing.T, cfg Config, targets []string) castResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Nodes = len(targets)
+	cfg.Out = &out
+	cfg.Yes = true
+	addrc := make(chan string, 1)
+	cfg.Ready = func(a net.Addr) { addrc <- a.String() }
+	res := castResult{nodeErrs: make([]error, len(targets))}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res.sum, res.err = Run(ctx, cfg)
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-done:
+		res.out = out.String()
+		return res
+	}
+	var wg sync.WaitGroup
+	for i, tg := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, res.nodeErrs[i] = dolly.RunNode(ctx, dolly.NodeConfig{
+				Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
+				DataListen: "127.0.0.1:0", JoinTimeout: 30 * time.Second,
+			})
+		}()
+	}
+	wg.Wait()
+	<-done
+	res.out = out.String()
+	return res
+}
+
+// oldDisks makes n targets of size bytes full of 0xFF, like disks that
+// still hold an earlier installation.
+func oldDisks(t *testing.T, n int, size int64) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var ts []string
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("disk%02d", i+1))
+		if err := testimage.Fill(p, 0xFF, size); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, p)
+	}
+	return ts
+}
+
+func images(t *testing.T, size int64) (map[imaging.Encoding]string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "nt.img")
+	if err := testimage.Write(raw, size, 11, testimage.Typical); err != nil {
+		t.Fatal(err)
+	}
+	imgs := map[imaging.Encoding]string{imaging.Raw: raw}
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
+		p := raw + map[imaging.Encoding]string{imaging.Zstd: ".zst", imaging.Gzip: ".gz"}[enc]
+		if err := testimage.Compress(raw, p, enc); err != nil {
+			t.Fatal(err)
+		}
+		imgs[enc] = p
+	}
+	sum, err := testimage.SHA256(raw, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imgs, sum
+}
+
+func TestCastTopologiesAndFormats(t *testing.T) {
+	const size = 24<<20 + 999
+	imgs, want := images(t, size)
+	shapes := []struct {
+		name   string
+		shape  capacity.Kind
+		fanout int
+		nodes  int
+	}{
+		{"chain", capacity.KindChain, 1, 4},
+		{"2-tree", capacity.KindTree, 2, 5},
+		{"star", capacity.KindStar, 0, 3},
+	}
+	for _, sh := range shapes {
+		for _, enc := range []imaging.Encoding{imaging.Raw, imaging.Zstd, imaging.Gzip} {
+			t.Run(sh.name+"/"+enc.String(), func(t *testing.T) {
+				targets := oldDisks(t, sh.nodes, size+1<<20)
+				r := cast(t, Config{Image: imgs[enc], Shape: sh.shape, Fanout: sh.fanout}, targets)
+				if r.err != nil {
+					t.Fatalf("cast: %v\n%s", r.err, r.out)
+				}
+				for i, tg := range targets {
+					if r.nodeErrs[i] != nil {
+						t.Errorf("node %d: %v", i+1, r.nodeErrs[i])
+					}
+					got, err := testimage.SHA256(tg, size)
+					if err != nil || got != want {
+						t.Errorf("target %d: sha256 %s (%v), image %s", i+1, got, err, want)
+					}
+					// What lies beyond the image is left alone.
+					tail, _ := os.ReadFile(tg)
+					if !bytes.Equal(tail[size:], bytes.Repeat([]byte{0xFF}, len(tail)-size)) {
+						t.Errorf("target %d: bytes beyond the image changed", i+1)
+					}
+				}
+				if r.sum.Verified != sh.nodes || !strings.Contains(r.out, fmt.Sprintf("%d of %d nodes verified", sh.nodes, sh.nodes)) {
+					t.Fatalf("summary: %d verified\n%s", r.sum.Verified, r.out)
+				}
+			})
+		}
+	}
+}
+
+func TestCastRefusesSmallTargetAndLeavesItUnchanged(t *testing.T) {
+	const size = 8 << 20
+	imgs, want := images(t, size)
+	targets := oldDisks(t, 3, size)
+	small := targets[1]
+	if err := testimage.Fill(small, 0xAB, size/2); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := testimage.SHA256(small, -1)
+	r := cast(t, Config{Image: imgs[imaging.Raw]}, targets)
+	if r.err == nil {
+		t.Fatal("the cast reported success with a refused node")
+	}
+	if !strings.Contains(r.nodeErrs[1].Error(), "is 4.2 MB, image needs 8.4 MB") {
+		t.Fatalf("small node's error: %v", r.nodeErrs[1])
+	}
+	if !strings.Contains(r.out, "refused pc02") || !strings.Contains(r.out, "2 of 3 nodes verified") {
+		t.Fatalf("server output does not report the refusal:\n%s", r.out)
+	}
+	after, _ := testimage.SHA256(small, -1)
+	if after != before {
+		t.Fatal("the refused target was changed")
+	}
+	for _, i := range []int{0, 2} {
+		if r.nodeErrs[i] != nil {
+			t.Fatalf("node %d: %v", i+1, r.nodeErrs[i])
+		}
+		if got, _ := testimage.SHA256(targets[i], size); got != want {
+			t.Fatalf("node %d: target differs from image", i+1)
+		}
+	}
+}
+
+func TestCastMaxRateShapesTheSource(t *testing.T) {
+	const size = 6 << 20
+	// Dense data so the whole image travels.
+	dense := filepath.Join(t.TempDir(), "dense.img")
+	if err := testimage.Write(dense, size, 3, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := cast(t, Config{Image: dense, MaxRate: 12e6}, oldDisks(t, 2, size))
+	if r.err != nil {
+		t.Fatalf("cast: %v\n%s", r.err, r.out)
+	}
+	// 6.3 MB at 12 MB/s cannot take less than about half a second.
+	if d := time.Since(start); d < 450*time.Millisecond {
+		t.Fatalf("a rate-limited cast of %d bytes at 12 MB/s took only %v", size, d)
+	}
+}
+
+func TestCastBadImage(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "img")
+	testimage.Write(raw, 4<<20, 1, testimage.Dense)
+	zst := raw + ".zst"
+	testimage.Compress(raw, zst, imaging.Zstd)
+	b, _ := os.ReadFile(zst)
+	os.WriteFile(zst, b[:len(b)/2], 0o644)
+	targets := oldDisks(t, 2, 8<<20)
+	r := cast(t, Config{Image: zst}, targets)
+	if r.err == nil || !strings.Contains(r.err.Error(), "truncated or corrupt") {
+		t.Fatalf("cast of a truncated image: %v", r.err)
+	}
+	for i, tg := range targets {
+		// A node that joined before the scan failed is told why; one that
+		// connects while the server shuts down only sees it go.
+		if err := r.nodeErrs[i]; err == nil || (strings.Contains(err.Error(), "aborted") && !strings.Contains(err.Error(), "truncated or corrupt")) {
+			t.Errorf("node %d: %v", i+1, err)
+		}
+		b, _ := os.ReadFile(tg)
+		if !bytes.Equal(b, bytes.Repeat([]byte{0xFF}, len(b))) {
+			t.Errorf("target %d was written", i+1)
+		}
+	}
+}
