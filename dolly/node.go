@@ -238,6 +238,9 @@ func (n *node) cast(ctx context.Context, w *Welcome, target string, a *Assign) (
 		return res, n.fail(fmt.Sprintf("no stream from upstream %s: %v", a.Upstream, up.err))
 	}
 	defer up.conn.Close()
+	// Interrupting the node stops the stream too, not only the control link.
+	stopUp := context.AfterFunc(ctx, func() { up.conn.Close() })
+	defer stopUp()
 	h := up.header
 	if h.ImageSize != w.ImageSize || h.Encoding.String() != w.Encoding {
 		closeAll(children)

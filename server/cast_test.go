@@ -58,7 +58,7 @@ func cast(t *testing.T, cfg Config, targets []string) castResult {
 			defer wg.Done()
 			_, res.nodeErrs[i] = dolly.RunNode(ctx, dolly.NodeConfig{
 				Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
-				DataListen: "127.0.0.1:0", JoinTimeout: 30 * time.Second,
+				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second,
 			})
 		}()
 	}
@@ -179,6 +179,26 @@ func TestCastRefusesSmallTargetAndLeavesItUnchanged(t *testing.T) {
 		if got, _ := testimage.SHA256(targets[i], size); got != want {
 			t.Fatalf("node %d: target differs from image", i+1)
 		}
+	}
+}
+
+func TestNodeTargetOverridesServerTarget(t *testing.T) {
+	const size = 5 << 20
+	imgs, want := images(t, size)
+	disks := oldDisks(t, 2, size)
+	// Node 1 names no target and gets the server's; node 2 names its own.
+	r := cast(t, Config{Image: imgs[imaging.Raw], Target: disks[0]}, []string{"", disks[1]})
+	if r.err != nil {
+		t.Fatalf("cast: %v\n%s", r.err, r.out)
+	}
+	for i, d := range disks {
+		if got, _ := testimage.SHA256(d, size); got != want {
+			t.Errorf("disk %d differs from the image", i+1)
+		}
+	}
+	noTarget := cast(t, Config{Image: imgs[imaging.Raw]}, []string{""})
+	if noTarget.err == nil || !strings.Contains(noTarget.nodeErrs[0].Error(), "no target") {
+		t.Fatalf("node without any target: %v", noTarget.nodeErrs[0])
 	}
 }
 

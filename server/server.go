@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -323,6 +324,7 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
 	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined}
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
+	s.printRoll("joined", n)
 	return n, ""
 }
 
@@ -379,10 +381,30 @@ func (s *Server) nodeFailed(n *nodeState, reason string) {
 	s.signal()
 }
 
+// printRoll reports a node joining or leaving before the cast. The caller
+// holds s.mu.
+func (s *Server) printRoll(what string, n *nodeState) {
+	count := fmt.Sprint(len(s.nodes))
+	if s.cfg.Nodes > 0 {
+		count += fmt.Sprintf("/%d", s.cfg.Nodes)
+	}
+	fmt.Fprintf(s.cfg.Out, "  %-6s %-16s from %s (%s)\n", what, n.name, n.from, count)
+}
+
 // lostNode records a control connection that ended before the node finished.
+// A node that leaves before the plan is fixed is forgotten, so it can come
+// back (a machine rebooting while the lab joins).
 func (s *Server) lostNode(n *nodeState, err error) {
 	s.mu.Lock()
 	done := n.finished()
+	if !done && !s.started && (n.status == stJoined || n.status == stReady) {
+		delete(s.byName, n.name)
+		s.nodes = slices.DeleteFunc(s.nodes, func(m *nodeState) bool { return m == n })
+		s.printRoll("left", n)
+		s.mu.Unlock()
+		s.signal()
+		return
+	}
 	s.mu.Unlock()
 	if done {
 		return
@@ -416,7 +438,6 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	reported := 0
 	pressed := false
 	for {
 		s.mu.Lock()
@@ -427,14 +448,6 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 				answered++
 			}
 		}
-		for _, n := range s.nodes[reported:] {
-			fmt.Fprintf(s.cfg.Out, "  joined %-16s from %s (%d", n.name, n.from, joined)
-			if want > 0 {
-				fmt.Fprintf(s.cfg.Out, "/%d", want)
-			}
-			fmt.Fprintln(s.cfg.Out, ")")
-		}
-		reported = joined
 		enough := (want > 0 && joined >= want) || (want == 0 && pressed && joined > 0)
 		if enough && answered == joined {
 			s.started = true

@@ -117,7 +117,7 @@ func (v *progressView) interval() time.Duration {
 }
 
 func (v *progressView) row(n nodeView) string {
-	pct := float64(n.written) / float64(max(v.size, 1)) * 100
+	pct := min(float64(n.written)/float64(max(v.size, 1))*100, 100)
 	avg := float64(n.written) / max(n.elapsed.Seconds(), 1e-9)
 	var state string
 	switch {

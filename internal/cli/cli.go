@@ -39,11 +39,15 @@ func IsTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// Logger returns a text logger on w at Info level, or Debug when verbose.
-func Logger(w io.Writer, verbose bool) *slog.Logger {
-	level := slog.LevelInfo
-	if verbose {
+// Logger returns a text logger on w: warnings and errors, Info too when
+// info is set, and everything when debug is set.
+func Logger(w io.Writer, info, debug bool) *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case debug:
 		level = slog.LevelDebug
+	case info:
+		level = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }

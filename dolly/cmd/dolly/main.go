@@ -87,7 +87,7 @@ func run() int {
 		DataListen:  *dataListen,
 		JoinTimeout: *joinTimeout,
 		NoSplice:    *noSplice,
-		Logger:      cli.Logger(os.Stderr, *verbose),
+		Logger:      cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)

@@ -96,7 +96,9 @@ func run() int {
 		Out:           os.Stdout,
 		In:            os.Stdin,
 		Interactive:   cli.IsTerminal(os.Stdin) && cli.IsTerminal(os.Stdout),
-		Logger:        cli.Logger(os.Stderr, *verbose),
+		// Node events show in the admin's view; logs are for problems
+		// unless asked for.
+		Logger: cli.Logger(os.Stderr, *verbose, *verbose),
 	}
 	shapes := 0
 	for _, set := range []bool{*chain, *tree != 0, *star} {
