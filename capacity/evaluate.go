@@ -28,12 +28,39 @@ func (c Compression) Name() string {
 	}
 }
 
-// wire returns the bytes on the wire per raw byte: 1/c, or 1 when raw.
-func (c Compression) wire() float64 {
-	if !c.Enabled() {
-		return 1
+// stream is what one plan sends, as the link and host models count it.
+type stream struct {
+	Compression         // the form on the wire
+	zero        float64 // share of the raw image in zero runs, which are not sent
+	// stored is how the source holds the image; nil means as it is sent.
+	stored *Compression
+}
+
+// wire returns the bytes on the wire per raw byte: 1/c for a compressed
+// stream, the non-zero share for a raw one (zero runs travel as a few
+// header bytes).
+func (s stream) wire() float64 {
+	if s.Enabled() {
+		return 1 / s.Factor
 	}
-	return 1 / c.Factor
+	return 1 - s.zero
+}
+
+// data is the share of the raw image that is data rather than zero runs:
+// what a node copies and writes.
+func (s stream) data() float64 { return 1 - s.zero }
+
+// conversion tells what the source does to turn the stored image into the
+// stream: "compress", "decompress" or nothing.
+func (s stream) conversion() string {
+	switch {
+	case s.stored == nil || s.stored.Enabled() == s.Enabled():
+		return ""
+	case s.Enabled():
+		return "compress"
+	default:
+		return "decompress"
+	}
 }
 
 // Plan is one way to run a cast: a logical tree, the host each vertex runs
@@ -82,6 +109,10 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	if comp.Factor < 0 || math.IsNaN(comp.Factor) || math.IsInf(comp.Factor, 0) {
 		return Result{}, fmt.Errorf("compression factor %v: want a finite factor ≥ 1", comp.Factor)
 	}
+	if opt.ZeroFraction < 0 || opt.ZeroFraction >= 1 || math.IsNaN(opt.ZeroFraction) {
+		return Result{}, fmt.Errorf("zero fraction %v: want a share from 0 up to (not including) 1", opt.ZeroFraction)
+	}
+	st := stream{Compression: comp, zero: opt.ZeroFraction, stored: opt.Stored}
 
 	host := make([]int, len(t.Parent)) // host index of each vertex
 	used := make([]bool, len(f.net.Hosts))
@@ -124,12 +155,13 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		}
 	}
 
-	wire := comp.wire()
+	wire := st.wire()
+	eff := f.net.linkEfficiency()
 	constraints := make([]Constraint, 0, 6*len(t.Parent))
 	link := func(name string, streams int, capacity float64) {
 		if streams > 0 {
 			constraints = append(constraints, Constraint{Kind: LinkLimit, Subject: name,
-				Streams: streams, Coef: float64(streams) * wire, Cap: capacity})
+				Streams: streams, Coef: float64(streams) * wire, Cap: capacity * eff})
 		}
 	}
 	for _, i := range host {
@@ -150,7 +182,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	for v, i := range host {
 		h := f.net.Hosts[i]
 		var err error
-		constraints, err = appendHostLimits(constraints, h.Name, h.Resources, v == 0, out[v], comp)
+		constraints, err = appendHostLimits(constraints, h.Name, h.Resources, v == 0, out[v], st)
 		if err != nil {
 			return Result{}, fmt.Errorf("host %s: %w", h.Name, err)
 		}
@@ -162,7 +194,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		Plan:        plan,
 		Rate:        rate,
 		Depth:       depth,
-		ETA:         ETA(rate, depth, opt),
+		ETA:         ETA(rate, rate*wire, depth, opt),
 		Bottleneck:  describeBinding(binding),
 		Binding:     binding,
 		Constraints: constraints,

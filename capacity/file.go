@@ -71,6 +71,9 @@ type topologyFile struct {
 	Hosts       []hostFile               `json:"hosts"`
 	Tree        map[string]string        `json:"tree"`
 	Compression *Compression             `json:"compression"`
+	Stored      *Compression             `json:"stored"`
+	ZeroFrac    float64                  `json:"zero_fraction"`
+	LinkEff     float64                  `json:"link_efficiency"`
 	ImageSize   size                     `json:"image_size"`
 	FrameSize   size                     `json:"frame_size"`
 	Startup     duration                 `json:"startup"`
@@ -166,6 +169,21 @@ func (tf topologyFile) topology() (*Topology, error) {
 		}
 		t.Options.Compression = *c
 	}
+	if c := tf.Stored; c != nil {
+		if c.Enabled() && c.Codec == "" {
+			return nil, fmt.Errorf("stored: give the codec (zstd or gzip)")
+		}
+		stored := *c
+		t.Options.Stored = &stored
+	}
+	if tf.ZeroFrac < 0 || tf.ZeroFrac >= 1 {
+		return nil, fmt.Errorf("zero_fraction %v: want a share from 0 up to (not including) 1", tf.ZeroFrac)
+	}
+	t.Options.ZeroFraction = tf.ZeroFrac
+	if tf.LinkEff < 0 || tf.LinkEff > 1 {
+		return nil, fmt.Errorf("link_efficiency %v: want a share up to 1", tf.LinkEff)
+	}
+	t.Network.LinkEfficiency = tf.LinkEff
 	t.Options.ImageBytes = int64(tf.ImageSize)
 	t.Options.FrameBytes = int64(tf.FrameSize)
 	t.Options.Startup = time.Duration(tf.Startup)

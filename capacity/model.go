@@ -17,16 +17,16 @@ func (h *hostLimits) add(kind ConstraintKind, flow Flow, coef, cap float64) {
 // appendHostLimits appends the constraints of one host's own resources,
 // as its node model counts them. out is the number of children the host
 // sends to; source tells whether the host is the root of the tree.
-func appendHostLimits(dst []Constraint, name string, r Resources, source bool, out int, comp Compression) ([]Constraint, error) {
+func appendHostLimits(dst []Constraint, name string, r Resources, source bool, out int, st stream) ([]Constraint, error) {
 	h := hostLimits{dst: dst, name: name}
 	var err error
 	switch r.Model {
 	case ModelBasic:
-		basicLimits(&h, r, source, out, comp)
+		basicLimits(&h, r, source, out, st)
 	case ModelPaper:
-		err = paperLimits(&h, r, source, out, comp)
+		err = paperLimits(&h, r, source, out, st)
 	case ModelDolly:
-		err = dollyLimits(&h, r, source, out, comp)
+		err = dollyLimits(&h, r, source, out, st)
 	default:
 		err = r.validate()
 	}

@@ -6,7 +6,7 @@ package capacity
 // paper, the source is such a node too: the image it reads is its inbound
 // stream and the read its disk transfer. Compressed network streams count
 // b/c; the basic model knows no cost of decompression.
-func basicLimits(h *hostLimits, r Resources, source bool, out int, comp Compression) {
+func basicLimits(h *hostLimits, r Resources, source bool, out int, comp stream) {
 	flow := Flow{Source: source, In: 1, Out: out, Disk: true}
 	wire := comp.wire()
 	h.add(SwitchingLimit, flow, float64(flow.In+flow.Out)*wire+1, r.Switching)

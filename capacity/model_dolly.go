@@ -1,82 +1,116 @@
 package capacity
 
 // dollyLimits models dolly's own data path; see README.md for the figures.
-func dollyLimits(h *hostLimits, r Resources, source bool, out int, comp Compression) error {
+func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) error {
 	if source {
-		dollySourceLimits(h, r, out, comp)
-		return nil
+		return dollySourceLimits(h, r, out, st)
 	}
-	return dollyNodeLimits(h, r, out, comp)
+	return dollyNodeLimits(h, r, out, st)
 }
 
 // dollyNodeLimits covers a receiving node. The relay splices the inbound
 // TCP stream into a pipe, tee(2)s it to one pipe per child and splices
 // those to the child sockets: the kernel moves page references, no byte is
-// copied by the CPU. One more tee goes to a local pipe that the node
-// read(2)s (one copy), checks frame by frame with CRC32C (one read pass,
+// copied by the CPU. One more pipe takes the node's own copy, which it
+// read(2)s (one copy), checks frame by frame with CRC32C (one read pass
 // over the bytes as sent) and write(2)s to the target (one copy into the
-// page cache, then the disk's DMA). A compressed stream is forwarded as it
-// is and decompressed only for the local write.
+// page cache, then the disk's DMA), computing the content digest (one more
+// pass) on the way. Zero runs are neither sent nor written: the node zeroes
+// the range. A compressed stream is forwarded as it is and decompressed only
+// for the local write; the decoded bytes are gathered into chunks (one copy)
+// and scanned for zero runs (one pass).
 //
-// With w = 1 (raw) or 1/c (compressed), o children and b in raw bytes/s:
+// With w the wire bytes and d the data bytes per raw byte (w = d for a raw
+// stream, 1/c compressed), o children and b in raw bytes/s:
 //
-//	disk      b ≤ disk write rate
-//	I/O bus   ((1+o)·w + 1)·b ≤ bus
-//	memory    ((1+o)·w + 2w + w [+ w + 1] + 2 + 1)·b ≤ memory
-//	          NIC DMAs, read copy, CRC pass, [decompress: read w, write 1], write copy, disk DMA
-//	CPU       ((1+o)·w/net + w/copy + w/digest [+ 1/decompress] + 1/copy + 1/disk)·b ≤ cores
-//	decompression on one core, unless parallel: b/decompress ≤ 1
-func dollyNodeLimits(h *hostLimits, r Resources, out int, comp Compression) error {
-	compressed := comp.Enabled()
+//	disk      d·b ≤ disk write rate
+//	I/O bus   ((1+o)·w + d)·b ≤ bus
+//	memory    ((1+o)·w + 2w + w + 2d + d + d [+ w + d + 2 + 1])·b ≤ memory
+//	          NIC DMAs, read copy, CRC, write copy, disk DMA, digest [decoder in/out, gather copy, zero scan]
+//	CPU       ((1+o)·w/net + w/copy + w/digest + d/copy + d/digest + d/disk
+//	           [+ d/decompress + 1/copy + 1/digest])·b ≤ cores
+//	decompression, when it cannot spread over cores: d/decompress·b ≤ 1
+func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
+	compressed := st.Enabled()
 	flow := Flow{In: 1, Out: out, Disk: true, Decompress: compressed}
 	o := float64(out)
-	w := comp.wire()
+	w, d := st.wire(), st.data()
 
-	memory := (1+o)*w + 2*w + w + 2 + 1
+	memory := (1+o)*w + 2*w + w + 2*d + d + d
 	cpu := (1+o)*w*share(r.CPU.Net) + w*share(r.CPU.Copy) + w*share(r.CPU.Digest) +
-		share(r.CPU.Copy) + share(r.CPU.Disk)
+		d*share(r.CPU.Copy) + d*share(r.CPU.Digest) + d*share(r.CPU.Disk)
 	if compressed {
-		rate, err := r.decompressRate(comp.Codec)
+		rate, err := r.decompressRate(st.Codec)
 		if err != nil {
 			return err
 		}
-		memory += w + 1
-		cpu += 1 / rate
+		memory += w + d + 2 + 1
+		cpu += d/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
 		if !r.ParallelDecompress {
-			h.add(DecompressLimit, flow, 1/rate, 1)
+			h.add(DecompressLimit, flow, d/rate, 1)
 		}
 	}
-	h.add(DiskLimit, flow, 1, r.Disk)
-	h.add(IOBusLimit, flow, (1+o)*w+1, r.IOBus)
+	h.add(DiskLimit, flow, d, r.Disk)
+	h.add(IOBusLimit, flow, (1+o)*w+d, r.IOBus)
 	h.add(MemoryLimit, flow, memory, r.Memory)
 	h.add(CPULimit, flow, cpu, r.cores())
 	return nil
 }
 
-// dollySourceLimits covers dolly-server. For a raw image it reads the file
-// (the disk's DMA and one read copy), scans it for zero runs and computes
-// each frame's CRC32C (two read passes at the digest rate) and write(2)s
-// every frame to each child socket (one copy per child). A compressed
-// image is only read and sent, all at b/c.
+// dollySourceLimits covers dolly-server. It reads the stored image (the
+// disk's DMA and one read copy) and write(2)s every frame to each child
+// socket (one copy per child). What lies between depends on how the image
+// is stored and sent, with s the stored bytes per raw byte:
 //
-//	disk      w·b ≤ disk read rate
-//	I/O bus   (1 + o)·w·b ≤ bus
-//	memory    raw: (1 + 2 + 1 + 1 + 2o + o)·b     compressed: (1 + 2 + 2o + o)·w·b
-//	CPU       raw: ((1+o)/copy + 2/digest + o/net + 1/disk)·b
-//	          compressed: ((1+o)/copy + o/net + 1/disk)·w·b ≤ cores
-func dollySourceLimits(h *hostLimits, r Resources, out int, comp Compression) {
+//	raw as raw:           scan all for zero runs (1 pass), CRC and digest the data (2d passes)
+//	compressed as stored: CRC the frames (w)
+//	raw, compressed here: digest the data (d), compress it (d/compress, spread over cores), CRC (w)
+//	compressed, sent raw: decompress (d/decompress, one stream), scan for zero runs (1), CRC (d)
+//
+//	disk      s·b ≤ disk read rate
+//	I/O bus   (s + o·w)·b ≤ bus
+//	memory    (s + 2s + passes + 2·o·w + o·w)·b ≤ memory
+//	CPU       (s/copy + passes/digest + [convert] + o·w/copy + o·w/net)·b ≤ cores
+func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 	flow := Flow{Source: true, Out: out, Disk: true}
 	o := float64(out)
-	w := comp.wire()
+	w, d := st.wire(), st.data()
 
-	memory := (1 + 2 + 2*o + o) * w
-	cpu := ((1+o)*share(r.CPU.Copy) + o*share(r.CPU.Net) + share(r.CPU.Disk)) * w
-	if !comp.Enabled() {
-		memory += 1 + 1 // zero-run scan and CRC pass
-		cpu += 2 * share(r.CPU.Digest)
+	stored := w // as sent: the stored bytes are the wire bytes...
+	if !st.Enabled() {
+		stored = 1 // ...but a raw image is read whole, zero runs included
 	}
-	h.add(DiskLimit, flow, w, r.Disk)
-	h.add(IOBusLimit, flow, (1+o)*w, r.IOBus)
-	h.add(MemoryLimit, flow, memory, r.Memory)
+	var passes, convert float64
+	switch st.conversion() {
+	case "compress":
+		stored = 1
+		rate, err := r.compressRate(st.Codec)
+		if err != nil {
+			return err
+		}
+		passes = d + w
+		convert = d / rate // the encoder spreads over every core
+	case "decompress":
+		stored = 1 / st.stored.Factor
+		rate, err := r.decompressRate(st.stored.Codec)
+		if err != nil {
+			return err
+		}
+		passes = 1 + d
+		convert = d / rate
+		h.add(DecompressLimit, flow, d/rate, 1) // one stream decodes on one core
+	default:
+		if st.Enabled() {
+			passes = w
+		} else {
+			passes = 1 + 2*d
+		}
+	}
+	h.add(DiskLimit, flow, stored, r.Disk)
+	h.add(IOBusLimit, flow, stored+o*w, r.IOBus)
+	h.add(MemoryLimit, flow, 3*stored+passes+3*o*w, r.Memory)
+	cpu := stored*share(r.CPU.Copy) + passes*share(r.CPU.Digest) + convert +
+		o*w*share(r.CPU.Copy) + o*w*share(r.CPU.Net)
 	h.add(CPULimit, flow, cpu, r.cores())
+	return nil
 }

@@ -24,7 +24,7 @@ package capacity
 // section 2.7 writes that term as c/10 (not 1/10 for the b raw bytes it
 // outputs); it is kept as written so that the model reproduces the
 // paper's 3.9 MB/s.
-func paperLimits(h *hostLimits, r Resources, source bool, out int, comp Compression) error {
+func paperLimits(h *hostLimits, r Resources, source bool, out int, comp stream) error {
 	compressed := comp.Enabled()
 	flow := Flow{Source: source, In: 1, Out: out, Disk: true, Decompress: compressed}
 	o := float64(out)

@@ -210,33 +210,37 @@ func TestDollyModel(t *testing.T) {
 		subject string
 		want    map[ConstraintKind]float64
 	}{
+		// Relay with two children, raw: w = d = 1.
 		{"node raw", serial, Compression{}, "n01", map[ConstraintKind]float64{
 			DiskLimit:   1,
 			IOBusLimit:  3 + 1,
-			MemoryLimit: 3 + 2 + 1 + 2 + 1,
-			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0) * ns,
+			MemoryLimit: 3 + 2 + 1 + 2 + 1 + 1, // DMAs, read copy, CRC, write copy, disk DMA, digest
+			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0 + 1/4.0) * ns,
 		}},
+		// Compressed 2:1: w = 0.5 on the wire, d = 1 written.
 		{"node compressed", serial, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
 			DiskLimit:       1,
 			IOBusLimit:      1.5 + 1,
-			MemoryLimit:     1.5 + 1 + 0.5 + 0.5 + 1 + 2 + 1,
-			CPULimit:        (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/1.0 + 1/2.0) * ns,
+			MemoryLimit:     1.5 + 1 + 0.5 + 2 + 1 + 1 + (0.5 + 1 + 2 + 1),
+			CPULimit:        (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + 1/4.0 + (1/1.0 + 1/2.0 + 1/4.0)) * ns,
 			DecompressLimit: 1 * ns,
 		}},
 		{"node compressed, parallel", parallel, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
-			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/1.0 + 1/2.0) * ns,
+			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + 1/4.0 + (1/1.0 + 1/2.0 + 1/4.0)) * ns,
 		}},
+		// Source of a raw image to two children: read, zero scan, CRC and
+		// digest, a copy and a stream per child.
 		{"source raw", serial, Compression{}, "src", map[ConstraintKind]float64{
 			DiskLimit:   1,
 			IOBusLimit:  1 + 2,
-			MemoryLimit: 1 + 2 + 1 + 1 + 4 + 2,
-			CPULimit:    (3/2.0 + 2/4.0 + 2/1.0) * ns,
+			MemoryLimit: 3 + 3 + 3*2,
+			CPULimit:    (1/2.0 + 3/4.0 + 2/2.0 + 2/1.0) * ns,
 		}},
 		{"source compressed", serial, Compression{"zstd", 2}, "src", map[ConstraintKind]float64{
 			DiskLimit:   0.5,
 			IOBusLimit:  1.5,
-			MemoryLimit: 4.5,
-			CPULimit:    (3/2.0 + 2/1.0) * 0.5 * ns,
+			MemoryLimit: 1.5 + 0.5 + 3,
+			CPULimit:    (0.5/2.0 + 0.5/4.0 + 1/2.0 + 1/1.0) * ns,
 		}},
 	}
 	for _, tt := range tests {

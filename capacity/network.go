@@ -17,6 +17,23 @@ type Network struct {
 	Switches []Switch
 	Hosts    []Host
 	Links    []SwitchLink
+	// LinkEfficiency is the share of a link's capacity left for the
+	// stream's bytes after Ethernet, IP and TCP headers (and, on a real
+	// wire, preamble and inter-frame gap). Zero means 1: capacities are
+	// already in payload bytes, as the paper's figures are.
+	LinkEfficiency float64
+}
+
+// TCPEthernetEfficiency is the payload share of a full-size TCP segment
+// on Ethernet: 1448 payload bytes (TCP timestamps on) of 1538 on the wire,
+// counting preamble, header, FCS and inter-frame gap.
+const TCPEthernetEfficiency = 1448.0 / 1538.0
+
+func (n Network) linkEfficiency() float64 {
+	if n.LinkEfficiency <= 0 || n.LinkEfficiency > 1 {
+		return 1
+	}
+	return n.LinkEfficiency
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.

@@ -28,6 +28,14 @@ type Options struct {
 	FrameBytes  int64         // raw bytes per frame; 0 means DefaultFrameBytes
 	Startup     time.Duration // constant start-up time; 0 means DefaultStartup
 	MaxFanout   int           // largest n-ary tree fanout; 0 means DefaultMaxFanout
+	// ZeroFraction is the share of the raw image in zero runs. dolly sends
+	// them as a few header bytes and nodes zero the range instead of
+	// writing it, so a mostly empty filesystem casts faster than its size.
+	ZeroFraction float64
+	// Stored is how the source holds the image when that differs from a
+	// plan's stream: a raw image sent compressed is compressed on the fly,
+	// a compressed one sent raw is decompressed. Nil: stored as sent.
+	Stored *Compression
 	// Explicit plans are evaluated as given next to the generated ones,
 	// e.g. a tree written in a topology file.
 	Explicit []Plan
@@ -49,17 +57,19 @@ func (o Options) withDefaults() Options {
 // ETA predicts the time of a cast at rate (raw bytes/s) through a tree of
 // the given depth: the image itself, plus depth−1 frame times for the
 // pipeline to fill (a chain of n nodes costs about n−1 frame times more
-// than one node), plus the constant start-up. Zero options take defaults.
-func ETA(rate float64, depth int, opt Options) time.Duration {
+// than one node), plus the constant start-up. A frame holds FrameBytes on
+// the wire, so its time is FrameBytes/wireRate, where wireRate is the rate
+// of stream bytes (rate times the wire bytes per raw byte). Zero options
+// take defaults.
+func ETA(rate, wireRate float64, depth int, opt Options) time.Duration {
 	opt = opt.withDefaults()
-	if rate <= 0 || math.IsNaN(rate) {
+	if rate <= 0 || wireRate <= 0 || math.IsNaN(rate) {
 		return time.Duration(math.MaxInt64)
 	}
 	if math.IsInf(rate, 1) {
 		return opt.Startup
 	}
-	bytes := float64(opt.ImageBytes) + float64(max(depth-1, 0))*float64(opt.FrameBytes)
-	seconds := bytes / rate
+	seconds := float64(opt.ImageBytes)/rate + float64(max(depth-1, 0))*float64(opt.FrameBytes)/wireRate
 	if seconds > float64(math.MaxInt64/2)/float64(time.Second) {
 		return time.Duration(math.MaxInt64)
 	}

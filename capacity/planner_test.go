@@ -11,20 +11,22 @@ import (
 func TestETA(t *testing.T) {
 	opt := Options{ImageBytes: 100 * MB, FrameBytes: 1 * MB, Startup: 500 * time.Millisecond}
 	tests := []struct {
-		rate  float64
-		depth int
-		want  time.Duration
+		rate, wire float64
+		depth      int
+		want       time.Duration
 	}{
-		{10 * MB, 1, 10*time.Second + 500*time.Millisecond},
-		{10 * MB, 3, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
-		{100 * MB, 101, time.Second + time.Second + 500*time.Millisecond},
+		{10 * MB, 10 * MB, 1, 10*time.Second + 500*time.Millisecond},
+		{10 * MB, 10 * MB, 3, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
+		{100 * MB, 100 * MB, 101, time.Second + time.Second + 500*time.Millisecond},
+		// Compressed 2:1, a frame of 1 MB on the wire holds 2 MB of image.
+		{10 * MB, 5 * MB, 3, 10*time.Second + 400*time.Millisecond + 500*time.Millisecond},
 	}
 	for _, tt := range tests {
-		if got := ETA(tt.rate, tt.depth, opt); got != tt.want {
-			t.Errorf("ETA(%v MB/s, depth %d) = %v, want %v", tt.rate/MB, tt.depth, got, tt.want)
+		if got := ETA(tt.rate, tt.wire, tt.depth, opt); got != tt.want {
+			t.Errorf("ETA(%v MB/s, wire %v MB/s, depth %d) = %v, want %v", tt.rate/MB, tt.wire/MB, tt.depth, got, tt.want)
 		}
 	}
-	if got := ETA(0, 1, opt); got < 100*365*24*time.Hour {
+	if got := ETA(0, 0, 1, opt); got < 100*365*24*time.Hour {
 		t.Errorf("ETA at rate 0 = %v, want practically forever", got)
 	}
 }
@@ -36,7 +38,7 @@ func TestChainFillCost(t *testing.T) {
 	one := mustEvaluate(t, oneSwitch(1, gbe, patagonia), Chain(1), Compression{})
 	for _, n := range []int{2, 10, 50} {
 		r := mustEvaluate(t, oneSwitch(n, gbe, patagonia), Chain(n), Compression{})
-		extra := ETA(r.Rate, r.Depth, opt) - ETA(one.Rate, one.Depth, opt)
+		extra := ETA(r.Rate, r.Rate, r.Depth, opt) - ETA(one.Rate, one.Rate, one.Depth, opt)
 		want := time.Duration(float64(n-1) * float64(opt.FrameBytes) / r.Rate * float64(time.Second))
 		if d := extra - want; d < -time.Microsecond || d > time.Microsecond {
 			t.Errorf("chain of %d: %v more than one node, want %v", n, extra, want)

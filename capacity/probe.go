@@ -23,6 +23,9 @@ type Probe struct {
 	// DecompressBytesPerSec maps a codec ("zstd", "gzip") to its output
 	// rate on one core.
 	DecompressBytesPerSec map[string]float64 `json:"decompress_bytes_per_sec"`
+	// CompressBytesPerSec maps a codec to the rate one core compresses raw
+	// data at when the source compresses an image on the fly.
+	CompressBytesPerSec map[string]float64 `json:"compress_bytes_per_sec,omitempty"`
 	// DigestBytesPerSec is the CRC32C rate on one core.
 	DigestBytesPerSec float64 `json:"digest_bytes_per_sec"`
 	Cores             int     `json:"cores"`
@@ -58,12 +61,13 @@ func (p Probe) Resources(role Role) Resources {
 		Disk:               disk,
 		Memory:             2 * p.MemcpyBytesPerSec,
 		Cores:              float64(max(p.Cores, 1)),
-		ParallelDecompress: true,
+		ParallelDecompress: false,
 		CPU: CPURates{
 			Net:        net,
 			Copy:       p.MemcpyBytesPerSec,
 			Digest:     p.DigestBytesPerSec,
 			Decompress: maps.Clone(p.DecompressBytesPerSec),
+			Compress:   maps.Clone(p.CompressBytesPerSec),
 		},
 	}
 }

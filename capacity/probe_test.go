@@ -33,7 +33,7 @@ func TestProbeResources(t *testing.T) {
 	p := Probe{Hostname: "pc07", NICBytesPerSec: 125e6, DiskWriteBytesPerSec: 200e6, DiskReadBytesPerSec: 500e6,
 		MemcpyBytesPerSec: 8e9, DecompressBytesPerSec: map[string]float64{"zstd": 900e6}, DigestBytesPerSec: 12e9}
 	r := p.Resources(RoleNode)
-	if r.Model != ModelDolly || r.Disk != 200e6 || r.Memory != 16e9 || r.Cores != 1 || !r.ParallelDecompress ||
+	if r.Model != ModelDolly || r.Disk != 200e6 || r.Memory != 16e9 || r.Cores != 1 || r.ParallelDecompress ||
 		r.CPU.Copy != 8e9 || r.CPU.Net != 8e9*NetStreamCopyRatio || r.CPU.Digest != 12e9 || r.CPU.Decompress["zstd"] != 900e6 {
 		t.Errorf("node resources %+v", r)
 	}

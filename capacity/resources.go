@@ -60,6 +60,9 @@ type CPURates struct {
 	Digest float64 // CRC32C or zero-run scan: one read pass over the data
 	// Decompress maps a codec ("gzip", "zstd") to its output rate.
 	Decompress map[string]float64
+	// Compress maps a codec to the rate the source compresses raw data at
+	// when a plan sends a raw image compressed (input bytes per second).
+	Compress map[string]float64
 }
 
 // cores returns the CPU capacity, one core when unset.
@@ -75,6 +78,15 @@ func (r Resources) decompressRate(codec string) (float64, error) {
 	v, ok := r.CPU.Decompress[codec]
 	if !ok || v <= 0 {
 		return 0, fmt.Errorf("no decompression rate for codec %q: add it to the host's cpu.decompress", codec)
+	}
+	return v, nil
+}
+
+// compressRate returns the on-the-fly compression rate for codec.
+func (r Resources) compressRate(codec string) (float64, error) {
+	v, ok := r.CPU.Compress[codec]
+	if !ok || v <= 0 {
+		return 0, fmt.Errorf("no compression rate for codec %q: the source's probe must measure it", codec)
 	}
 	return v, nil
 }

@@ -1,0 +1,95 @@
+package capacity
+
+import (
+	"testing"
+)
+
+func evaluateWith(t *testing.T, net Network, tree Tree, comp Compression, opt Options) Result {
+	t.Helper()
+	r, err := Evaluate(net, Plan{Tree: tree, Hosts: hostNames(net)[:len(tree.Parent)], Compression: comp}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Zero runs are not sent: a half-empty raw image crosses a link in half
+// the bytes, so the link allows twice the rate in image bytes.
+func TestZeroRunsAreNotSent(t *testing.T) {
+	fast := Resources{Model: ModelDolly, CPU: CPURates{Decompress: map[string]float64{"zstd": 1e15}}}
+	net := oneSwitch(3, 12.5*MB, fast)
+	full := evaluateWith(t, net, Chain(3), Compression{}, Options{})
+	half := evaluateWith(t, net, Chain(3), Compression{}, Options{ZeroFraction: 0.5})
+	if !near(full.Rate, 12.5*MB) || !near(half.Rate, 25*MB) {
+		t.Fatalf("rates %v and %v MB/s, want 12.5 and 25", full.Rate/MB, half.Rate/MB)
+	}
+	// A compressed stream already leaves the zeros out in its factor.
+	comp := evaluateWith(t, net, Chain(3), Compression{"zstd", 4}, Options{ZeroFraction: 0.5})
+	if comp.Rate < 49.99*MB || comp.Rate > 50*MB {
+		t.Fatalf("compressed rate %v MB/s, want 50", comp.Rate/MB)
+	}
+	if _, err := Evaluate(net, Plan{Tree: Chain(3), Hosts: hostNames(net)}, Options{ZeroFraction: 1}); err == nil {
+		t.Fatal("a zero fraction of 1 was accepted")
+	}
+}
+
+func TestZeroRunsCostTheNodeNothing(t *testing.T) {
+	res := dollyRes
+	net := oneSwitch(2, 1250*MB, res)
+	r := evaluateWith(t, net, Chain(2), Compression{}, Options{ZeroFraction: 0.75})
+	disk := find(t, r, DiskLimit, "n01")
+	if !near(disk.Coef, 0.25) {
+		t.Errorf("disk coefficient %v, want 0.25: only data is written", disk.Coef)
+	}
+	cpu := find(t, r, CPULimit, "n01")
+	const ns = 1e-9
+	want := (2*0.25/1.0 + 0.25/2.0 + 0.25/4.0 + 0.25/2.0 + 0.25/4.0) * ns
+	if !near(cpu.Coef, want) {
+		t.Errorf("CPU coefficient %v, want %v", cpu.Coef, want)
+	}
+}
+
+// A raw image sent compressed is compressed by the source, which costs it
+// CPU; a compressed image sent raw is decoded there, on one core.
+func TestSourceConversions(t *testing.T) {
+	res := dollyRes
+	res.CPU.Compress = map[string]float64{"zstd": 100 * MB}
+	net := oneSwitch(2, 1250*MB, res)
+	raw := Compression{}
+	zstd := Compression{Codec: "zstd", Factor: 2}
+
+	onTheFly := evaluateWith(t, net, Chain(2), zstd, Options{Stored: &raw})
+	cpu := find(t, onTheFly, CPULimit, "src")
+	const ns = 1e-9
+	// read 1, digest 1 + CRC 0.5 passes, compress 1 at 0.1 GB/s, one child 0.5 copy + stream
+	want := (1/2.0 + 1.5/4.0 + 1/0.1 + 0.5/2.0 + 0.5/1.0) * ns
+	if !near(cpu.Coef, want) {
+		t.Errorf("compressing source CPU coefficient %v, want %v", cpu.Coef, want)
+	}
+	if disk := find(t, onTheFly, DiskLimit, "src"); !near(disk.Coef, 1) {
+		t.Errorf("compressing source reads %v per raw byte, want 1", disk.Coef)
+	}
+
+	decoded := evaluateWith(t, net, Chain(2), raw, Options{Stored: &zstd})
+	if disk := find(t, decoded, DiskLimit, "src"); !near(disk.Coef, 0.5) {
+		t.Errorf("decoding source reads %v per raw byte, want 0.5", disk.Coef)
+	}
+	if dec := find(t, decoded, DecompressLimit, "src"); !near(dec.Coef, 1/(1000*MB)) {
+		t.Errorf("decoding source core coefficient %v", dec.Coef)
+	}
+
+	// Without a compression rate the plan cannot be judged.
+	res.CPU.Compress = nil
+	if _, err := Evaluate(oneSwitch(2, 1250*MB, res), Plan{Tree: Chain(2), Hosts: []string{"src", "n01", "n02"}, Compression: zstd}, Options{Stored: &raw}); err == nil {
+		t.Fatal("a plan compressing at the source without a compression rate was evaluated")
+	}
+}
+
+func TestLinkEfficiency(t *testing.T) {
+	net := oneSwitch(2, 12.5*MB, Resources{Model: ModelDolly})
+	net.LinkEfficiency = TCPEthernetEfficiency
+	r := evaluateWith(t, net, Chain(2), Compression{}, Options{})
+	if !near(r.Rate, 12.5*MB*1448/1538) {
+		t.Fatalf("rate %v MB/s, want %v", r.Rate/MB, 12.5*1448/1538)
+	}
+}
