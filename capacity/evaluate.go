@@ -159,7 +159,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	eff := f.net.linkEfficiency()
 	constraints := make([]Constraint, 0, 6*len(t.Parent))
 	link := func(name string, streams int, capacity float64) {
-		if streams > 0 {
+		if streams > 0 && capacity > 0 {
 			constraints = append(constraints, Constraint{Kind: LinkLimit, Subject: name,
 				Streams: streams, Coef: float64(streams) * wire, Cap: capacity * eff})
 		}

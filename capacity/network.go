@@ -46,7 +46,7 @@ type Switch struct {
 type Host struct {
 	Name      string
 	Switch    string  // the switch the host's link goes to
-	Link      float64 // link capacity per direction, bytes/s
+	Link      float64 // link capacity per direction, bytes/s; 0 = not known, not modelled
 	Role      Role    // RoleSource or RoleNode; empty means RoleNode
 	Resources Resources
 }
@@ -118,8 +118,8 @@ func compile(net Network) (*fabric, error) {
 		if !ok {
 			return nil, fmt.Errorf("host %q hangs off unknown switch %q", h.Name, h.Switch)
 		}
-		if h.Link <= 0 {
-			return nil, fmt.Errorf("host %q has no link capacity: give its link speed (e.g. \"1Gbit\")", h.Name)
+		if h.Link < 0 {
+			return nil, fmt.Errorf("host %q has a negative link capacity", h.Name)
 		}
 		if h.Role != "" && h.Role != RoleSource && h.Role != RoleNode {
 			return nil, fmt.Errorf("host %q has unknown role %q: want source or node", h.Name, h.Role)

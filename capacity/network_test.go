@@ -135,7 +135,7 @@ func TestNetworkErrors(t *testing.T) {
 	}{
 		{"unknown switch", func(n *Network) { n.Hosts[1].Switch = "sw9" }, `unknown switch "sw9"`},
 		{"duplicate host", func(n *Network) { n.Hosts[2].Name = "a" }, `host "a" is listed twice`},
-		{"no link", func(n *Network) { n.Hosts[1].Link = 0 }, "no link capacity"},
+		{"negative link", func(n *Network) { n.Hosts[1].Link = -1 }, "negative link capacity"},
 		{"bad model", func(n *Network) { n.Hosts[1].Resources.Model = "fast" }, `unknown node model "fast"`},
 		{"no model", func(n *Network) { n.Hosts[1].Resources = Resources{} }, "no node model"},
 		{"bad role", func(n *Network) { n.Hosts[1].Role = "client" }, `unknown role "client"`},

@@ -111,14 +111,32 @@ func Rank(net Network, opt Options) ([]Result, error) {
 	return results, nil
 }
 
-// candidates builds the generated plans and appends the explicit ones.
-func (f *fabric) candidates(opt Options) ([]Plan, error) {
-	source := -1
-	var nodes []int
+// Arrange places the network's nodes on a tree the way Rank places them
+// for its candidates, for a shape chosen by the operator. The tree must
+// have as many nodes as the network.
+func Arrange(net Network, tree Tree, comp Compression) (Plan, error) {
+	f, err := compile(net)
+	if err != nil {
+		return Plan{}, err
+	}
+	source, nodes, err := f.roles()
+	if err != nil {
+		return Plan{}, err
+	}
+	if tree.Nodes() != len(nodes) {
+		return Plan{}, fmt.Errorf("a tree of %d nodes for a network of %d", tree.Nodes(), len(nodes))
+	}
+	hosts := f.names(source, assignHosts(tree, f.placement(source, nodes)))
+	return Plan{Tree: tree, Hosts: hosts, Compression: comp}, nil
+}
+
+// roles finds the one source and the nodes.
+func (f *fabric) roles() (source int, nodes []int, err error) {
+	source = -1
 	for i, h := range f.net.Hosts {
 		if h.isSource() {
 			if source >= 0 {
-				return nil, fmt.Errorf("hosts %s and %s are both sources: a cast has one source",
+				return 0, nil, fmt.Errorf("hosts %s and %s are both sources: a cast has one source",
 					f.net.Hosts[source].Name, h.Name)
 			}
 			source = i
@@ -127,10 +145,19 @@ func (f *fabric) candidates(opt Options) ([]Plan, error) {
 		nodes = append(nodes, i)
 	}
 	if source < 0 {
-		return nil, fmt.Errorf("no source host: give one host the role source")
+		return 0, nil, fmt.Errorf("no source host: give one host the role source")
 	}
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("no nodes to cast to")
+		return 0, nil, fmt.Errorf("no nodes to cast to")
+	}
+	return source, nodes, nil
+}
+
+// candidates builds the generated plans and appends the explicit ones.
+func (f *fabric) candidates(opt Options) ([]Plan, error) {
+	source, nodes, err := f.roles()
+	if err != nil {
+		return nil, err
 	}
 	groups := f.placement(source, nodes)
 	n := len(nodes)

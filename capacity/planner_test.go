@@ -210,3 +210,23 @@ func TestTreeSubtreesStayOnTheirSwitch(t *testing.T) {
 		}
 	}
 }
+
+func TestArrangeMatchesRank(t *testing.T) {
+	net := labNetwork(60)
+	results, err := Rank(net, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		p, err := Arrange(net, r.Plan.Tree, r.Plan.Compression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Hosts, r.Plan.Hosts) {
+			t.Fatalf("%s: Arrange placed %v, Rank %v", r.Plan.Name(), p.Hosts[:5], r.Plan.Hosts[:5])
+		}
+	}
+	if _, err := Arrange(net, Chain(3), Compression{}); err == nil {
+		t.Fatal("a tree of the wrong size was arranged")
+	}
+}

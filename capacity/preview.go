@@ -63,10 +63,13 @@ func FormatPreview(rows []Row) string {
 	return b.String()
 }
 
-// formatETA rounds to whole seconds: "2m51s".
+// formatETA rounds to whole seconds ("2m51s"), or tenths below ten seconds.
 func formatETA(seconds float64) string {
-	if seconds <= 0 || seconds >= math.MaxInt64/float64(time.Second) {
+	switch {
+	case seconds <= 0 || seconds >= math.MaxInt64/float64(time.Second):
 		return "-"
+	case seconds < 10:
+		return fmt.Sprintf("%.1fs", seconds)
 	}
 	return time.Duration(math.Round(seconds) * float64(time.Second)).String()
 }

@@ -93,3 +93,18 @@ func TestLinkEfficiency(t *testing.T) {
 		t.Fatalf("rate %v MB/s, want %v", r.Rate/MB, 12.5*1448/1538)
 	}
 }
+
+// A host whose link speed is not known (loopback, a virtual NIC) adds no
+// link constraint; its other limits still count.
+func TestUnknownLinkIsNotModelled(t *testing.T) {
+	net := oneSwitch(2, 0, dollyRes)
+	r := evaluateWith(t, net, Chain(2), Compression{}, Options{})
+	for _, c := range r.Constraints {
+		if c.Kind == LinkLimit {
+			t.Fatalf("a link constraint without a capacity: %v", c)
+		}
+	}
+	if r.Binding[0].Kind == LinkLimit || r.Rate <= 0 {
+		t.Fatalf("rate %v MB/s bound by %s", r.Rate/MB, r.Bottleneck)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"dolly/capacity"
 )
 
 // Control messages travel on one TCP connection per node, each as a 4-byte
@@ -60,19 +62,19 @@ type Hello struct {
 
 // Welcome describes the cast to a node that may join.
 type Welcome struct {
-	Cast       CastID `json:"cast"`
-	Image      string `json:"image"`
-	Encoding   string `json:"encoding"`
-	ImageSize  int64  `json:"image_size"`
-	StreamSize int64  `json:"stream_size"`
-	Target     string `json:"target"` // the server's default target, if any
+	Cast      CastID `json:"cast"`
+	Image     string `json:"image"`
+	ImageSize int64  `json:"image_size"` // raw bytes each target must hold
+	Target    string `json:"target"`     // the server's default target, if any
 }
 
-// Ready reports a checked target.
+// Ready reports a checked target and, unless the node was told not to
+// measure itself, its probe for the capacity model.
 type Ready struct {
-	Target     string `json:"target"`
-	TargetSize int64  `json:"target_size"`
-	Block      bool   `json:"block"`
+	Target     string          `json:"target"`
+	TargetSize int64           `json:"target_size"`
+	Block      bool            `json:"block"`
+	Probe      *capacity.Probe `json:"probe,omitempty"`
 }
 
 // Peer is another node on the data path.
@@ -85,6 +87,9 @@ type Peer struct {
 type Assign struct {
 	Upstream string `json:"upstream"` // name of the sender, for messages
 	Children []Peer `json:"children"`
+	// Encoding is how the stream travels ("raw", "zstd", "gzip"): the plan
+	// may send an image otherwise than it is stored.
+	Encoding string `json:"encoding"`
 }
 
 // Progress is a node's periodic report.

@@ -1,26 +1,37 @@
 package dolly
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
 	"dolly/imaging"
 )
 
-// Encoder turns an image into the stream: a header, then frames. Raw images
-// are scanned for zero runs, which travel as zero frames instead of data.
-// Compressed images travel as they are stored, cut into data frames.
+// Encoder turns an image into the stream: a header, then frames. A raw
+// stream is scanned for zero runs, which travel as zero frames instead of
+// data. A compressed stream travels as data frames of compressed bytes.
+// The stream may differ from how the image is stored: a compressed image
+// can be sent raw (decoded here) and a raw one compressed (encoded here,
+// on all cores), as the plan decides.
 type Encoder struct {
-	h      StreamHeader
-	r      io.Reader
-	digest *imaging.Digester // raw images: computed on the way
-	final  imaging.Digest    // compressed images: known from the scan
+	h     StreamHeader
+	r     io.Reader
+	total int64 // bytes r yields, or -1 when only EOF tells
+	zeros bool  // raw framing: scan for zero runs
+
+	digest *imaging.Digester   // computed here from the raw bytes
+	final  imaging.Digest      // known in advance, or once the end is out
+	later  chan imaging.Digest // delivered by the on-the-fly encoder
+	stop   func()              // stops the on-the-fly encoder
+	closer []func() error      // what Close releases
 
 	buf     []byte
 	queue   []imaging.Segment // segments of buf not yet framed
 	bufOff  int64             // offset of buf[0]
 	off     int64             // offset of the next byte to read
-	zeroOff int64             // pending zero run carried across buffers
+	eof     bool
+	zeroOff int64 // pending zero run carried across buffers
 	zeroLen int64
 	seq     uint64
 	wire    []byte
@@ -37,9 +48,10 @@ func CheckFrameSize(n int) error {
 	return nil
 }
 
-// NewEncoder prepares the stream of im for cast. A compressed image must
-// have been scanned (its raw size and digest known).
-func NewEncoder(im *imaging.Image, cast CastID, frameSize int) (*Encoder, error) {
+// NewEncoder prepares the stream of im, sent as send. A compressed image
+// must have been scanned (its raw size and digest known). Close releases
+// what the encoder holds.
+func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Encoding) (*Encoder, error) {
 	if err := CheckFrameSize(frameSize); err != nil {
 		return nil, err
 	}
@@ -48,25 +60,78 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int) (*Encoder, error)
 	}
 	e := &Encoder{
 		h: StreamHeader{
-			Version:    Version,
-			Encoding:   im.Encoding,
-			FrameSize:  uint32(frameSize),
-			Cast:       cast,
-			ImageSize:  im.Size,
-			StreamSize: im.StreamSize,
+			Version:   Version,
+			Encoding:  send,
+			FrameSize: uint32(frameSize),
+			Cast:      cast,
+			ImageSize: im.Size,
 		},
-		r:     im.Stream(),
-		final: im.Digest,
-		buf:   make([]byte, frameSize),
-		wire:  make([]byte, 0, FrameHeaderLen+endPayloadLen),
+		buf:  make([]byte, frameSize),
+		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
 	}
-	if im.Encoding == imaging.Raw {
+	switch {
+	case send == im.Encoding && send == imaging.Raw:
+		e.r, e.total, e.zeros = im.Stream(), im.Size, true
+		e.h.StreamSize = im.Size
 		e.digest = imaging.NewDigester()
+	case send == im.Encoding:
+		e.r, e.total = im.Stream(), im.StreamSize
+		e.h.StreamSize = im.StreamSize
+		e.final = im.Digest
+	case send == imaging.Raw:
+		dec, err := imaging.NewDecoder(im.Encoding, im.Stream())
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Path, err)
+		}
+		e.closer = append(e.closer, dec.Close)
+		e.r, e.total, e.zeros = dec, im.Size, true
+		e.h.StreamSize = im.Size
+		e.digest = imaging.NewDigester()
+	case im.Encoding == imaging.Raw:
+		e.r, e.total = e.compressOnTheFly(im, send)
+		e.h.StreamSize = 0 // unknown until the end
+	default:
+		return nil, fmt.Errorf("image %s is %s: it can be sent as stored or raw, not as %s", im.Path, im.Encoding, send)
 	}
 	return e, nil
 }
 
-// Header returns the encoded stream header.
+// compressOnTheFly starts a goroutine that reads the raw image, digests it
+// and compresses it into a pipe the encoder frames.
+func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io.Reader, int64) {
+	pr, pw := io.Pipe()
+	e.later = make(chan imaging.Digest, 1)
+	e.stop = func() { pr.CloseWithError(errors.New("encoder closed")) }
+	go func() {
+		d := imaging.NewDigester()
+		zw, err := imaging.NewEncoder(send, pw, 0)
+		if err == nil {
+			_, err = io.Copy(zw, io.TeeReader(im.Stream(), d))
+			if cerr := zw.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err == nil {
+			e.later <- d.Sum()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, -1
+}
+
+// Close stops any on-the-fly encoding and releases decoders.
+func (e *Encoder) Close() error {
+	if e.stop != nil {
+		e.stop()
+	}
+	var errs []error
+	for _, c := range e.closer {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// Header returns the stream header.
 func (e *Encoder) Header() StreamHeader { return e.h }
 
 // Chunk is the next piece of the stream: a frame header and its payload,
@@ -75,7 +140,7 @@ type Chunk struct {
 	Header  []byte
 	Payload []byte
 	Kind    FrameKind
-	Raw     int64 // raw image bytes this chunk accounts for
+	Raw     int64 // raw image bytes this chunk accounts for (0 if not known)
 }
 
 // Next returns the next frame of the stream; io.EOF after the end frame.
@@ -100,7 +165,7 @@ func (e *Encoder) Next() (Chunk, error) {
 			}
 			return e.dataChunk(s.Off, e.buf[s.Off-e.bufOff:][:s.Len]), nil
 		}
-		if e.off == e.h.StreamSize {
+		if e.eof {
 			if c, ok := e.takeZeros(true); ok {
 				return c, nil
 			}
@@ -114,19 +179,32 @@ func (e *Encoder) Next() (Chunk, error) {
 
 // fill reads the next buffer and queues its segments.
 func (e *Encoder) fill() error {
-	n := int(min(int64(len(e.buf)), e.h.StreamSize-e.off))
-	if _, err := io.ReadFull(e.r, e.buf[:n]); err != nil {
+	want := len(e.buf)
+	if e.total >= 0 {
+		want = int(min(int64(want), e.total-e.off))
+	}
+	n, err := io.ReadFull(e.r, e.buf[:want])
+	switch {
+	case e.total < 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+		e.eof = true
+	case err != nil:
 		return fmt.Errorf("reading image at offset %d: %w", e.off, err)
 	}
 	e.bufOff = e.off
 	e.off += int64(n)
-	if e.digest == nil {
-		e.queue = append(e.queue[:0], imaging.Segment{Off: e.bufOff, Len: n})
+	if e.total >= 0 && e.off == e.total {
+		e.eof = true
+	}
+	e.queue = e.queue[:0]
+	if n == 0 {
 		return nil
 	}
 	p := e.buf[:n]
-	e.queue = e.queue[:0]
-	imaging.Segments(p, e.bufOff, imaging.MinZeroRun, e.off == e.h.StreamSize, func(s imaging.Segment) {
+	if !e.zeros {
+		e.queue = append(e.queue, imaging.Segment{Off: e.bufOff, Len: n})
+		return nil
+	}
+	imaging.Segments(p, e.bufOff, imaging.MinZeroRun, e.eof, func(s imaging.Segment) {
 		if s.Zero {
 			e.digest.WriteZeros(int64(s.Len))
 		} else {
@@ -171,13 +249,18 @@ func (e *Encoder) dataChunk(off int64, p []byte) Chunk {
 }
 
 func (e *Encoder) endChunk() (Chunk, error) {
-	d := e.final
-	if e.digest != nil {
-		d = e.digest.Sum()
+	switch {
+	case e.digest != nil:
+		e.final = e.digest.Sum()
+	case e.later != nil:
+		select {
+		case e.final = <-e.later:
+		default:
+			return Chunk{}, errors.New("on-the-fly encoder ended without a digest")
+		}
 	}
-	e.final = d
 	e.ended = true
-	e.wire = append(e.wire[:0], EndFrame(e.seq, End{Digest: d, Size: e.h.ImageSize, Frames: e.seq})...)
+	e.wire = append(e.wire[:0], EndFrame(e.seq, End{Digest: e.final, Size: e.h.ImageSize, Frames: e.seq})...)
 	return Chunk{Header: e.wire, Kind: FrameEnd}, nil
 }
 

@@ -29,7 +29,9 @@ type NodeConfig struct {
 	// NoSplice forwards with user-space copies even where splice works, to
 	// compare the two or to work around a kernel that misbehaves.
 	NoSplice bool
-	Logger   *slog.Logger
+	// NoProbe skips measuring the machine when joining.
+	NoProbe bool
+	Logger  *slog.Logger
 }
 
 func (c *NodeConfig) defaults() {
@@ -160,7 +162,16 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 		return NodeResult{}, n.fail(err.Error())
 	}
 	n.log.Info("joined", "image", w.Image, "size", w.ImageSize, "target", target)
-	if err := n.ctl.Send(Message{Type: MsgReady, Ready: &Ready{Target: target, TargetSize: info.Size, Block: info.Block}}); err != nil {
+	ready := Ready{Target: target, TargetSize: info.Size, Block: info.Block}
+	if !n.cfg.NoProbe {
+		localIP := n.ctl.LocalAddr().(*net.TCPAddr).IP
+		p := RunProbe(ctx, ProbeConfig{Name: n.cfg.Name, Target: target, LocalIP: localIP})
+		for _, note := range p.Notes {
+			n.log.Info("probe", "note", note)
+		}
+		ready.Probe = &p.Probe
+	}
+	if err := n.ctl.Send(Message{Type: MsgReady, Ready: &ready}); err != nil {
 		return NodeResult{}, err
 	}
 
@@ -242,9 +253,9 @@ func (n *node) cast(ctx context.Context, w *Welcome, target string, a *Assign) (
 	stopUp := context.AfterFunc(ctx, func() { up.conn.Close() })
 	defer stopUp()
 	h := up.header
-	if h.ImageSize != w.ImageSize || h.Encoding.String() != w.Encoding {
+	if h.ImageSize != w.ImageSize || h.Encoding.String() != a.Encoding {
 		closeAll(children)
-		return res, n.fail(fmt.Sprintf("stream from %s does not match the cast (%s %d bytes, want %s %d)", a.Upstream, h.Encoding, h.ImageSize, w.Encoding, w.ImageSize))
+		return res, n.fail(fmt.Sprintf("stream from %s does not match the cast (%s %d bytes, want %s %d)", a.Upstream, h.Encoding, h.ImageSize, a.Encoding, w.ImageSize))
 	}
 	tg, err := imaging.OpenTarget(target, h.ImageSize)
 	if err != nil {

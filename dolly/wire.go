@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"dolly/imaging"
 )
@@ -47,12 +48,15 @@ func (c CastID) String() string { return fmt.Sprintf("%x", c[:]) }
 
 // StreamHeader opens the data stream.
 type StreamHeader struct {
-	Version    uint16
-	Encoding   imaging.Encoding
-	FrameSize  uint32 // largest data payload
-	Cast       CastID
-	ImageSize  int64 // raw bytes each node writes
-	StreamSize int64 // bytes of the stored image that the frames carry
+	Version   uint16
+	Encoding  imaging.Encoding
+	FrameSize uint32 // largest data payload
+	Cast      CastID
+	ImageSize int64 // raw bytes each node writes
+	// StreamSize is the number of bytes the frames carry: the image as
+	// stored, or 0 when the source compresses it on the fly and cannot
+	// know the size in advance.
+	StreamSize int64
 }
 
 // MarshalBinary encodes the header.
@@ -98,7 +102,7 @@ func ParseStreamHeader(b []byte) (StreamHeader, error) {
 		return h, fmt.Errorf("stream header: unknown encoding %d", b[10])
 	case h.FrameSize == 0 || h.FrameSize > MaxFrameSize:
 		return h, fmt.Errorf("stream header: frame size %d out of range (1..%d)", h.FrameSize, MaxFrameSize)
-	case h.ImageSize <= 0 || h.StreamSize <= 0:
+	case h.ImageSize <= 0 || h.StreamSize < 0:
 		return h, fmt.Errorf("stream header: bad sizes (image %d, stream %d)", h.ImageSize, h.StreamSize)
 	case h.Encoding == imaging.Raw && h.ImageSize != h.StreamSize:
 		return h, fmt.Errorf("stream header: raw image of %d bytes in a stream of %d", h.ImageSize, h.StreamSize)
@@ -193,10 +197,14 @@ func NewFrameReader(r io.Reader, h StreamHeader) *FrameReader {
 	return &FrameReader{r: r, h: h, buf: make([]byte, h.FrameSize)}
 }
 
-// limit is where offsets end: the raw image or the stored stream.
+// limit is where offsets end: the raw image or the stored stream (no
+// limit for a stream compressed on the fly).
 func (fr *FrameReader) limit() int64 {
-	if fr.h.Encoding == imaging.Raw {
+	switch {
+	case fr.h.Encoding == imaging.Raw:
 		return fr.h.ImageSize
+	case fr.h.StreamSize == 0:
+		return math.MaxInt64
 	}
 	return fr.h.StreamSize
 }
@@ -238,7 +246,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 		if f.Length != endPayloadLen {
 			return f, fmt.Errorf("frame %d: end frame of %d bytes, want %d", fr.seq, f.Length, endPayloadLen)
 		}
-		if fr.off != fr.limit() {
+		if fr.off != fr.limit() && fr.limit() != math.MaxInt64 {
 			return f, fmt.Errorf("frame %d: stream ends at offset %d of %d", fr.seq, fr.off, fr.limit())
 		}
 	default:

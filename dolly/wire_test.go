@@ -48,8 +48,13 @@ func TestStreamHeaderRoundTrip(t *testing.T) {
 	}
 }
 
-// encodeStream renders the whole stream of an image file.
+// encodeStream renders the whole stream of an image file, sent as stored.
 func encodeStream(t testing.TB, path string, frameSize int) (StreamHeader, []byte, *Encoder) {
+	return encodeStreamAs(t, path, frameSize, 255)
+}
+
+// encodeStreamAs renders the stream sent as send (255: as stored).
+func encodeStreamAs(t testing.TB, path string, frameSize int, send imaging.Encoding) (StreamHeader, []byte, *Encoder) {
 	t.Helper()
 	im, err := imaging.OpenImage(path)
 	if err != nil {
@@ -59,10 +64,14 @@ func encodeStream(t testing.TB, path string, frameSize int) (StreamHeader, []byt
 	if err := im.Scan(t.Context(), nil); err != nil {
 		t.Fatal(err)
 	}
-	enc, err := NewEncoder(im, CastID{9}, frameSize)
+	if send == 255 {
+		send = im.Encoding
+	}
+	enc, err := NewEncoder(im, CastID{9}, frameSize, send)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { enc.Close() })
 	var b bytes.Buffer
 	b.Write(enc.Header().MarshalBinary())
 	for {
@@ -174,6 +183,48 @@ func TestReceiveWritesTheImage(t *testing.T) {
 			got, err := testimage.SHA256(target, h.ImageSize)
 			if err != nil || got != want {
 				t.Fatalf("target sha256 %s (%v), image %s", got, err, want)
+			}
+		})
+	}
+}
+
+// The source may send an image otherwise than it is stored: decoded, or
+// compressed on the fly. Every way must land the same bytes.
+func TestConvertedStreams(t *testing.T) {
+	imgs := makeImages(t, 5<<20+300, testimage.Typical)
+	want, _ := testimage.SHA256(imgs[imaging.Raw], -1)
+	tests := []struct {
+		stored, send imaging.Encoding
+	}{
+		{imaging.Raw, imaging.Zstd},
+		{imaging.Raw, imaging.Gzip},
+		{imaging.Zstd, imaging.Raw},
+		{imaging.Gzip, imaging.Raw},
+	}
+	for _, tt := range tests {
+		t.Run(tt.stored.String()+"-as-"+tt.send.String(), func(t *testing.T) {
+			h, stream, enc := encodeStreamAs(t, imgs[tt.stored], 256<<10, tt.send)
+			if h.Encoding != tt.send {
+				t.Fatalf("header says %v, want %v", h.Encoding, tt.send)
+			}
+			if tt.send.Compressed() && h.StreamSize != 0 {
+				t.Fatalf("on-the-fly stream announces %d bytes", h.StreamSize)
+			}
+			if tt.send == imaging.Raw && len(stream) > 4<<20 {
+				t.Fatalf("decoded stream of %d bytes: zero runs were not left out", len(stream))
+			}
+			target, err := receiveInto(t, h, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := testimage.SHA256(target, h.ImageSize); got != want {
+				t.Fatal("target differs from the image")
+			}
+			d := imaging.NewDigester()
+			raw, _ := os.ReadFile(imgs[imaging.Raw])
+			d.Write(raw)
+			if enc.Digest() != d.Sum() {
+				t.Fatal("source digest differs from the image's")
 			}
 		})
 	}

@@ -20,7 +20,10 @@ type Image struct {
 	// Digest is the content digest of the raw bytes. For compressed images
 	// Scan computes it; for raw images the source computes it while casting.
 	Digest Digest
-	f      *os.File
+	// ZeroBytes is how much of a compressed image decodes to zero runs,
+	// known after Scan.
+	ZeroBytes int64
+	f         *os.File
 }
 
 // OpenImage opens an image and detects its encoding from its first bytes.
@@ -94,18 +97,26 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	defer dec.Close()
 	d := NewDigester()
 	buf := make([]byte, 1<<20)
+	var zeros int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n, rerr := dec.Read(buf)
+		// Whole buffers keep zero runs aligned to the image, as a node sees them.
+		n, rerr := readFull(dec, buf)
+		eof := rerr == io.EOF
 		if n > 0 {
+			Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
+				if s.Zero {
+					zeros += int64(s.Len)
+				}
+			})
 			d.Write(buf[:n])
 			if progress != nil {
 				progress(d.Len())
 			}
 		}
-		if rerr == io.EOF {
+		if eof {
 			break
 		}
 		if rerr != nil {
@@ -118,6 +129,7 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	}
 	im.Size = d.Len()
 	im.Digest = d.Sum()
+	im.ZeroBytes = zeros
 	return nil
 }
 
@@ -130,4 +142,19 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// readFull fills p unless r ends (io.EOF, with what was read) or fails. Unlike
+// io.ReadFull it keeps a decoder's own io.ErrUnexpectedEOF, which means a
+// truncated stream, apart from a clean end.
+func readFull(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k, err := r.Read(p[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

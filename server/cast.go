@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,25 +21,130 @@ import (
 type castPlan struct {
 	tree  capacity.Tree
 	nodes []*nodeState
+	send  imaging.Encoding // how the stream travels
 }
 
-func (s *Server) plan(ready []*nodeState) castPlan {
-	n := len(ready)
-	var t capacity.Tree
-	switch s.cfg.Shape {
-	case capacity.KindStar:
-		t = capacity.Star(n)
-	case capacity.KindTree:
-		t = capacity.NaryTree(n, s.cfg.Fanout)
-	default:
-		t = capacity.Chain(n)
+// choose asks the capacity model for the plan, from the nodes' probes and
+// the source's (and the topology file, if any). When the model cannot judge,
+// the operator's shape (or a chain) runs with the image as stored.
+func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
+	select {
+	case <-s.probed:
+	case <-ctx.Done():
 	}
-	return castPlan{tree: t, nodes: ready}
+	names := []string{SourceName}
+	for _, n := range ready {
+		names = append(names, n.name)
+	}
+	net, notes := s.network(ready)
+	opt := Options(s.profile, s.cfg.FrameSize)
+	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
+	if err == nil && !ch.Modeled {
+		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
+	}
+	if err != nil {
+		ch = fallbackChoice(names, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding, err)
+	}
+	ch.Notes = append(notes, ch.Notes...)
+	return ch
+}
+
+// network describes the cast's hosts for the model: the topology file's
+// network (its hosts that joined, filled in from their probes) or one switch.
+func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
+	var notes []string
+	src := sourceProbe(s.probe)
+	if len(ready) > 0 {
+		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+		if _, speed, err := dolly.NICSpeed(ip); err == nil {
+			src.NICBytesPerSec = speed
+		} else {
+			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
+		}
+	}
+	probes := []capacity.Probe{src}
+	machines := map[string]int{}
+	var unprobed, noLink []string
+	for _, n := range ready {
+		p := probeFor(n.name, n.probe)
+		probes = append(probes, p)
+		switch {
+		case n.probe == nil:
+			unprobed = append(unprobed, n.name)
+		case p.NICBytesPerSec <= 0:
+			noLink = append(noLink, n.name)
+		}
+		machines[n.machine]++
+	}
+	if len(unprobed) > 0 {
+		notes = append(notes, fmt.Sprintf("no probe from %s: their figures are not modelled", listNames(unprobed)))
+	}
+	if len(noLink) > 0 {
+		notes = append(notes, fmt.Sprintf("link speed unknown for %s (loopback or a virtual NIC): not modelled", listNames(noLink)))
+	}
+	if len(machines) < len(ready) {
+		notes = append(notes, fmt.Sprintf("%d nodes run on %d machines: the model counts each node as a machine of its own", len(ready), len(machines)))
+	}
+	if t := s.cfg.Topology; t != nil {
+		net, err := fromTopology(t, probes)
+		if err == nil {
+			return net, notes
+		}
+		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
+	}
+	net := capacity.SingleSwitch(probes[0], probes[1:])
+	net.LinkEfficiency = capacity.TCPEthernetEfficiency
+	return net, notes
+}
+
+// fromTopology takes the topology file's network down to the hosts of this
+// cast and fills in what their probes measured.
+func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Network, error) {
+	net := t.Network
+	want := map[string]bool{}
+	for _, p := range probes[1:] {
+		want[p.Hostname] = true
+	}
+	net.Hosts = nil
+	for _, h := range t.Network.Hosts {
+		if h.Role == capacity.RoleSource {
+			probes[0].Hostname = h.Name
+			net.Hosts = append(net.Hosts, h)
+			continue
+		}
+		if want[h.Name] {
+			net.Hosts = append(net.Hosts, h)
+			delete(want, h.Name)
+		}
+	}
+	if len(want) > 0 {
+		var missing []string
+		for n := range want {
+			missing = append(missing, n)
+		}
+		slices.Sort(missing)
+		return net, fmt.Errorf("nodes %s are not in it", strings.Join(missing, ", "))
+	}
+	net.ApplyProbes(probes)
+	return net, nil
+}
+
+// bind ties the chosen plan's vertices to the nodes.
+func (s *Server) bind(ch Choice, ready []*nodeState) castPlan {
+	byName := map[string]*nodeState{}
+	for _, n := range ready {
+		byName[n.name] = n
+	}
+	p := castPlan{tree: ch.Result.Plan.Tree, send: ch.Send}
+	for _, name := range ch.Result.Plan.Hosts[1:] {
+		p.nodes = append(p.nodes, byName[name])
+	}
+	return p
 }
 
 func (p castPlan) name(v int) string {
 	if v == 0 {
-		return "dolly-server"
+		return SourceName
 	}
 	return p.nodes[v-1].name
 }
@@ -62,7 +169,7 @@ func (p castPlan) subtree(v int) []*nodeState {
 // runCast assigns every node its place, streams the image and collects the
 // verdicts. It returns the source's digest.
 func (s *Server) runCast(ctx context.Context, p castPlan, ready []*nodeState) (imaging.Digest, error) {
-	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize)
+	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize, p.send)
 	if err != nil {
 		s.abortAll(err.Error())
 		return imaging.Digest{}, err
@@ -75,7 +182,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, ready []*nodeState) (i
 	}
 	s.mu.Unlock()
 	for v := 1; v < len(kids); v++ {
-		a := dolly.Assign{Upstream: p.name(p.tree.Parent[v])}
+		a := dolly.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
 		for _, w := range kids[v] {
 			a.Children = append(a.Children, dolly.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
 		}

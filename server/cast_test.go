@@ -27,13 +27,26 @@ type castResult struct {
 }
 
 // cast runs a real server and one real node per target over loopback TCP.
+// Nobody probes: a probe costs a second a node, and one test covers them.
 func cast(t *testing.T, cfg Config, targets []string) castResult {
+	t.Helper()
+	return runCast(t, cfg, targets, false)
+}
+
+// castProbed is cast with the server and every node measuring themselves.
+func castProbed(t *testing.T, cfg Config, targets []string) castResult {
+	t.Helper()
+	return runCast(t, cfg, targets, true)
+}
+
+func runCast(t *testing.T, cfg Config, targets []string, probe bool) castResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Nodes = len(targets)
+	cfg.NoProbe = !probe
 	cfg.Out = &out
 	cfg.Yes = true
 	addrc := make(chan string, 1)
@@ -58,7 +71,7 @@ func cast(t *testing.T, cfg Config, targets []string) castResult {
 			defer wg.Done()
 			_, res.nodeErrs[i] = dolly.RunNode(ctx, dolly.NodeConfig{
 				Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
-				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second,
+				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: !probe,
 			})
 		}()
 	}
@@ -243,5 +256,61 @@ func TestCastBadImage(t *testing.T) {
 		if !bytes.Equal(b, bytes.Repeat([]byte{0xFF}, len(b))) {
 			t.Errorf("target %d was written", i+1)
 		}
+	}
+}
+
+// With probes the server shows the model's prediction for every plan and
+// picks the best, deciding whether to compress; the cast still lands the
+// same bytes whatever it picks.
+func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
+	const size = 12 << 20
+	imgs, want := images(t, size)
+	targets := oldDisks(t, 2, size)
+	r := castProbed(t, Config{Image: imgs[imaging.Raw]}, targets)
+	if r.err != nil {
+		t.Fatalf("cast: %v\n%s", r.err, r.out)
+	}
+	for _, want := range []string{"capacity model: predicted rate of each plan", "▶ ", "plan: ", "predicted", "MB/s, ETA"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.out)
+		}
+	}
+	for i, tg := range targets {
+		if got, _ := testimage.SHA256(tg, size); got != want {
+			t.Errorf("target %d differs from the image", i+1)
+		}
+	}
+}
+
+// The operator may force compression on a raw image (compressed on the fly)
+// or force a compressed image raw (decoded at the source).
+func TestCastCompressionOverride(t *testing.T) {
+	const size = 10 << 20
+	imgs, want := images(t, size)
+	tests := []struct {
+		image    imaging.Encoding
+		compress Compress
+		says     string
+	}{
+		{imaging.Raw, CompressYes, "compressed with zstd on the fly"},
+		{imaging.Zstd, CompressNo, "decoded at the source and sent raw"},
+		{imaging.Gzip, CompressYes, "stored gzip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.image.String()+"-"+string(tt.compress), func(t *testing.T) {
+			targets := oldDisks(t, 3, size)
+			r := cast(t, Config{Image: imgs[tt.image], Shape: capacity.KindChain, Compress: tt.compress}, targets)
+			if r.err != nil {
+				t.Fatalf("cast: %v\n%s", r.err, r.out)
+			}
+			if !strings.Contains(r.out, tt.says) {
+				t.Errorf("output does not say %q:\n%s", tt.says, r.out)
+			}
+			for i, tg := range targets {
+				if got, _ := testimage.SHA256(tg, size); got != want {
+					t.Errorf("target %d differs from the image", i+1)
+				}
+			}
+		})
 	}
 }

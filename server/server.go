@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,12 +24,20 @@ import (
 
 // Config configures one cast.
 type Config struct {
-	Image  string // image file or block device
-	Shape  capacity.Kind
-	Fanout int    // for trees
-	Nodes  int    // start once this many nodes have joined (0: ask on a terminal)
-	Target string // default target for nodes that name none
-	Listen string // control address, host:port
+	Image string // image file or block device
+	// Shape is the operator's topology; empty lets the capacity model pick.
+	Shape    capacity.Kind
+	Fanout   int      // for trees
+	Compress Compress // whether the stream may be compressed (default auto)
+	// Topology describes the network for the capacity model; nil assumes
+	// every host on one switch at its probed link speed.
+	Topology *capacity.Topology
+	// NoProbe skips measuring this machine (the model then lacks the
+	// source's figures).
+	NoProbe bool
+	Nodes   int    // start once this many nodes have joined (0: ask on a terminal)
+	Target  string // default target for nodes that name none
+	Listen  string // control address, host:port
 
 	MaxRate   float64 // source sending rate limit in bytes/s (0: none)
 	FrameSize int
@@ -58,8 +67,8 @@ func (c *Config) defaults() {
 	if c.FrameSize == 0 {
 		c.FrameSize = dolly.DefaultFrameSize
 	}
-	if c.Shape == "" {
-		c.Shape = capacity.KindChain
+	if c.Compress == "" {
+		c.Compress = CompressAuto
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 5 * time.Second
@@ -112,13 +121,18 @@ type Server struct {
 
 	scanned chan struct{} // closed once the image's size and digest are known
 	scanErr error
+	profile imaging.Profile // what the model needs of the image, once scanned
+
+	probed chan struct{} // closed once the source's own probe is done
+	probe  dolly.ProbeReport
 }
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The
 // error is nil only if every node verified its target.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.defaults()
-	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1), scanned: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1),
+		scanned: make(chan struct{}), probed: make(chan struct{})}
 	if _, err := rand.Read(s.cast[:]); err != nil {
 		return Summary{}, err
 	}
@@ -154,6 +168,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
 	go s.scan(ctx)
+	go s.probeSelf(ctx)
 	return s.run(ctx)
 }
 
@@ -161,6 +176,11 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	sum := Summary{Image: s.cfg.Image}
 	fmt.Fprintf(s.cfg.Out, "dolly-server: image %s (%s, %s stored), listening on %s\n",
 		s.cfg.Image, s.img.Encoding, imaging.FormatBytes(s.img.StreamSize), s.ln.Addr())
+	if s.cfg.Nodes > 0 {
+		fmt.Fprintf(s.cfg.Out, "waiting for %d nodes to join\n", s.cfg.Nodes)
+	} else {
+		fmt.Fprintln(s.cfg.Out, "waiting for nodes; press Enter to start with the nodes that have joined")
+	}
 	select {
 	case <-s.scanned:
 	case <-ctx.Done():
@@ -177,8 +197,10 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		s.abortAll(err.Error())
 		return s.summary(sum), err
 	}
-	plan := s.plan(ready)
-	s.printPlan(plan, ready)
+	choice := s.choose(ctx, ready)
+	plan := s.bind(choice, ready)
+	printPreview(s.cfg.Out, choice)
+	s.printPlan(plan, choice)
 	if !s.cfg.Yes && s.cfg.Interactive {
 		ok, err := s.confirm(ready)
 		if err != nil || !ok {
@@ -205,8 +227,21 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 // welcomed, so a truncated image is caught before a byte is written.
 func (s *Server) scan(ctx context.Context) {
 	defer close(s.scanned)
-	if !s.img.Encoding.Compressed() {
+	if err := s.scanImage(ctx); err != nil {
+		s.scanErr = err
 		return
+	}
+	p, err := s.img.Profile(ctx)
+	if err != nil {
+		s.scanErr = err
+		return
+	}
+	s.profile = p
+}
+
+func (s *Server) scanImage(ctx context.Context) error {
+	if !s.img.Encoding.Compressed() {
+		return nil
 	}
 	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)
 	start := time.Now()
@@ -218,11 +253,20 @@ func (s *Server) scan(ctx context.Context) {
 		}
 	})
 	if err != nil {
-		s.scanErr = err
-		return
+		return err
 	}
 	fmt.Fprintf(s.cfg.Out, "  %s decodes to %s (compression factor %.2f) in %s\n", s.cfg.Image,
 		imaging.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
+	return nil
+}
+
+// probeSelf measures the source for the capacity model while nodes join.
+func (s *Server) probeSelf(ctx context.Context) {
+	defer close(s.probed)
+	if s.cfg.NoProbe {
+		return
+	}
+	s.probe = dolly.RunProbe(ctx, dolly.ProbeConfig{Name: SourceName, Image: s.cfg.Image, Compress: true})
 }
 
 func (s *Server) signal() {
@@ -279,7 +323,7 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 	if s.scanErr != nil {
 		return // abortAll tells the node
 	}
-	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, Encoding: s.img.Encoding.String(), ImageSize: s.img.Size, StreamSize: s.img.StreamSize, Target: s.cfg.Target}
+	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target}
 	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
 		s.nodeFailed(n, err.Error())
 		return
@@ -321,7 +365,8 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
 	if old, dup := s.byName[h.Name]; dup {
 		return nil, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
 	}
-	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined}
+	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined,
+		machine: strings.Join(h.MACs, ",") + "@" + host}
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
 	s.printRoll("joined", n)
@@ -338,6 +383,7 @@ func (s *Server) handleMessage(n *nodeState, m dolly.Message) {
 			return
 		}
 		n.status, n.target, n.targetSize, n.block = stReady, m.Ready.Target, m.Ready.TargetSize, m.Ready.Block
+		n.probe = m.Ready.Probe
 		s.log.Info("node ready", "node", n.name, "target", n.target)
 	case dolly.MsgProgress:
 		if n.status == stCasting {
@@ -424,13 +470,10 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 	var enter chan struct{}
 	if want == 0 {
 		enter = make(chan struct{})
-		fmt.Fprintln(s.cfg.Out, "waiting for nodes; press Enter to start with the nodes that have joined")
 		go func() {
 			bufio.NewReader(s.cfg.In).ReadString('\n')
 			close(enter)
 		}()
-	} else {
-		fmt.Fprintf(s.cfg.Out, "waiting for %d nodes to join\n", want)
 	}
 	var timeout <-chan time.Time
 	if s.cfg.JoinTimeout > 0 {

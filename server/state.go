@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"dolly/capacity"
 	"dolly/dolly"
 )
 
@@ -35,6 +36,8 @@ type nodeState struct {
 	target     string
 	targetSize int64
 	block      bool
+	probe      *capacity.Probe // what the node measured, if it did
+	machine    string          // tells nodes on one machine apart from the rest
 	conn       *dolly.Conn
 
 	status status
@@ -137,4 +140,12 @@ func joinNames(ns []*nodeState, limit int) string {
 		names = append(names, n.name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// listNames shortens a long list of names for a one-line note.
+func listNames(names []string) string {
+	if len(names) <= 4 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:3], ", "), len(names)-3)
 }

@@ -12,14 +12,19 @@ import (
 )
 
 // printPlan shows who sends to whom and what each node will overwrite.
-func (s *Server) printPlan(p castPlan, ready []*nodeState) {
+func (s *Server) printPlan(p castPlan, ch Choice) {
 	out := s.cfg.Out
-	kind := "raw"
-	if s.img.Encoding.Compressed() {
-		kind = s.img.Encoding.String() + ", forwarded compressed"
+	fmt.Fprintf(out, "\nplan: %s\n", describeChoice(ch))
+	fmt.Fprintf(out, "  %d nodes, depth %d; image %s (%s, stored %s)", p.tree.Nodes(), p.tree.Depth(),
+		s.cfg.Image, imaging.FormatBytes(s.img.Size), s.img.Encoding)
+	switch {
+	case p.send == s.img.Encoding:
+	case p.send.Compressed():
+		fmt.Fprintf(out, ", compressed with %s on the fly", p.send)
+	default:
+		fmt.Fprintf(out, ", decoded at the source and sent raw")
 	}
-	fmt.Fprintf(out, "\nplan: %s over %d nodes (depth %d), image %s (%s, %s)\n",
-		p.tree.Name(), p.tree.Nodes(), p.tree.Depth(), s.cfg.Image, imaging.FormatBytes(s.img.Size), kind)
+	fmt.Fprintln(out)
 	if s.cfg.MaxRate > 0 {
 		fmt.Fprintf(out, "  source rate limited to %s MB/s\n", mbps(s.cfg.MaxRate))
 	}
@@ -31,7 +36,7 @@ func (s *Server) printPlan(p castPlan, ready []*nodeState) {
 		fmt.Fprintf(out, "  %s\n", line)
 	}
 	fmt.Fprintln(out, "targets:")
-	for _, n := range ready {
+	for _, n := range p.nodes {
 		kind := "file"
 		if n.block {
 			kind = "block device"

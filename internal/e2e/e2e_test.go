@@ -5,7 +5,9 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -191,7 +193,7 @@ func TestServerCommandAsTyped(t *testing.T) {
 			t.Errorf("target %d differs from the image", i+1)
 		}
 	}
-	for _, want := range []string{"plan: chain over 3 nodes", "dolly-server → pc01 → pc02 → pc03", "3 of 3 nodes verified", "OK (digest verified)"} {
+	for _, want := range []string{"plan: chain, raw", "3 nodes, depth 3", "dolly-server → pc01 → pc02 → pc03", "3 of 3 nodes verified", "OK (digest verified)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("server output lacks %q:\n%s", want, out)
 		}
@@ -296,4 +298,85 @@ func TestNodeMemoryIsBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPreviewReproducesTableI runs dolly-server -preview on the shipped
+// Patagonia examples and checks the paper's Table I, "Extended model".
+func TestPreviewReproducesTableI(t *testing.T) {
+	type cell struct {
+		topology, compression string
+		fanout                int
+		mbps, tolerance       float64 // tolerance in MB/s
+	}
+	tests := []struct {
+		file  string
+		cells []cell
+	}{
+		{"patagonia-fe", []cell{
+			{"chain", "none", 1, 12.5, 0.1},
+			{"tree", "none", 2, 6.3, 0.1},
+			{"tree", "none", 3, 4.2, 0.1},
+			{"star", "none", 5, 2.5, 0.1},
+			{"chain", "gzip", 1, 3.9, 0.1},
+			{"star", "gzip", 5, 3.0, 3.0 * 0.15},
+		}},
+		{"patagonia-gbe", []cell{
+			{"chain", "none", 1, 12.6, 0.1},
+			{"tree", "none", 2, 9.3, 0.1},
+			{"tree", "none", 3, 7.4, 0.1},
+			{"star", "none", 5, 5.3, 5.3 * 0.15},
+			{"chain", "gzip", 1, 3.9, 0.1},
+			{"star", "gzip", 5, 3.0, 3.0 * 0.15},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			p := start(t, "dolly-server", "-preview", "-topology", filepath.Join("..", "..", "capacity", "examples", tt.file+".json"), "-o", "json")
+			if code := p.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, p.out.String())
+			}
+			var rows []struct {
+				Topology      string  `json:"topology"`
+				Fanout        int     `json:"fanout"`
+				Compression   string  `json:"compression"`
+				PredictedMBps float64 `json:"predicted_mbps"`
+				Bottleneck    string  `json:"bottleneck"`
+			}
+			if err := json.Unmarshal(p.out.Bytes(), &rows); err != nil {
+				t.Fatalf("output is not the JSON rows: %v\n%s", err, p.out.String())
+			}
+			for _, c := range tt.cells {
+				found := false
+				for _, r := range rows {
+					if r.Topology == c.topology && r.Fanout == c.fanout && r.Compression == c.compression {
+						found = true
+						if math.Abs(r.PredictedMBps-c.mbps) > c.tolerance+1e-9 {
+							t.Errorf("%s fanout %d %s: %.2f MB/s, Table I says %.1f (±%.2f)", c.topology, c.fanout, c.compression, r.PredictedMBps, c.mbps, c.tolerance)
+						}
+						if r.Bottleneck == "" {
+							t.Errorf("%s fanout %d %s: no bottleneck", c.topology, c.fanout, c.compression)
+						}
+					}
+				}
+				if !found {
+					t.Errorf("no row for %s fanout %d %s", c.topology, c.fanout, c.compression)
+				}
+			}
+		})
+	}
+	t.Run("figure5", func(t *testing.T) {
+		p := start(t, "dolly-server", "-preview", "-topology", filepath.Join("..", "..", "capacity", "examples", "figure5.json"))
+		if code := p.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, p.out.String())
+		}
+		var line string
+		for _, l := range strings.Split(p.out.String(), "\n") {
+			if strings.HasPrefix(l, "tree ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, " 7.5 ") || !strings.Contains(line, "pc01 and pc02 (in 1, out 2, disk)") {
+			t.Fatalf("the explicit tree's row %q, want 7.5 MB/s limited by the two out-degree-2 nodes:\n%s", line, p.out.String())
+		}
+	})
 }

@@ -12,9 +12,6 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
-
 	"dolly/imaging"
 )
 
@@ -88,24 +85,7 @@ func Compress(src, dst string, enc imaging.Encoding) error {
 	if err != nil {
 		return err
 	}
-	var w io.WriteCloser
-	switch enc {
-	case imaging.Zstd:
-		w, err = zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	case imaging.Gzip:
-		w, err = gzip.NewWriterLevel(out, gzip.BestSpeed)
-	default:
-		err = fmt.Errorf("cannot compress as %v", enc)
-	}
-	if err != nil {
-		out.Close()
-		return err
-	}
-	if _, err := io.Copy(w, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := w.Close(); err != nil {
+	if err := imaging.Compress(out, enc, in, 0); err != nil {
 		out.Close()
 		return err
 	}

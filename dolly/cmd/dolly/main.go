@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +25,7 @@ forwards it to the next nodes of the plan.
 
 Usage:
   dolly -server HOST:PORT [-target PATH] [-name NAME]
+  dolly probe [-target PATH] [-server HOST:PORT] [-o json]
 
 The target is a block device (a partition or a whole disk) or a file. It must
 hold the whole image; it is checked before anything is written and left
@@ -32,6 +34,11 @@ writes to the target the server names (dolly-server -target).
 
 dolly exits 0 only when its target holds the image and the server has
 confirmed the digest.
+
+When it joins, the node measures itself in about a second (dolly probe shows
+the figures): link speed, the target's write rate (written back with the bytes
+it held, so nothing changes), memory copy, CRC-32C and decompression rates. The
+server's capacity model predicts each plan's rate from them.
 
 Examples:
   dolly -server 198.18.0.1:9700 -target /dev/sda2
@@ -45,6 +52,9 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		return probe(os.Args[2:])
+	}
 	fs := pflag.NewFlagSet("dolly", pflag.ContinueOnError)
 	fs.SortFlags = false
 	server := fs.String("server", "", "dolly-server's address, HOST:PORT (port 9700 if omitted)")
@@ -52,6 +62,7 @@ func run() int {
 	name := fs.String("name", "", "name shown by the server (default: hostname)")
 	dataListen := fs.String("listen-data", ":0", "address the upstream node connects to")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the server cannot be reached within this time (0: keep trying)")
+	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
 	fs.Usage = func() {
@@ -87,6 +98,7 @@ func run() int {
 		DataListen:  *dataListen,
 		JoinTimeout: *joinTimeout,
 		NoSplice:    *noSplice,
+		NoProbe:     *noProbe,
 		Logger:      cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
@@ -95,5 +107,60 @@ func run() int {
 	}
 	fmt.Printf("dolly: verified %s on %s in %s (%.1f MB/s)\n", imaging.FormatBytes(res.Written), res.Target,
 		time.Since(start).Round(time.Millisecond), float64(res.Written)/res.Elapsed.Seconds()/1e6)
+	return 0
+}
+
+const probeUsage = `dolly probe measures this machine the way a node does when it joins a cast.
+
+Usage:
+  dolly probe [-target PATH] [-server HOST:PORT] [-o json]
+
+It reports the link speed of the interface facing the server (or of the
+default route), the target's sequential write rate, and the memory copy,
+CRC-32C and decompression rates. The target is measured by writing back the
+bytes just read from it, so its content does not change; a mounted block device
+is not measured. It takes about a second.
+
+Options:
+`
+
+func probe(args []string) int {
+	fs := pflag.NewFlagSet("dolly probe", pflag.ContinueOnError)
+	fs.SortFlags = false
+	target := fs.String("target", "", "block device or file to measure the write rate of")
+	server := fs.String("server", "", "measure the interface that reaches this address")
+	output := fs.StringP("output", "o", "text", "text or json")
+	compress := fs.Bool("compress", false, "also measure zstd compression (what the server does on the fly)")
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, probeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(cli.LongDash(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "dolly probe: %v\nRun dolly probe --help for usage.\n", err)
+		return 2
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(os.Stderr, "dolly probe: -o %q: want text or json\n", *output)
+		return 2
+	}
+	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress}
+	if *server != "" {
+		ip, err := dolly.LocalIPFor(*server)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly probe: %v\n", err)
+			return 1
+		}
+		cfg.LocalIP = ip
+	}
+	r := dolly.RunProbe(context.Background(), cfg)
+	if *output == "json" {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		fmt.Println(string(b))
+		return 0
+	}
+	fmt.Print(r.Format())
 	return 0
 }

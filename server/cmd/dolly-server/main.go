@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,19 +21,27 @@ import (
 const usage = `dolly-server casts a raw or compressed disk image to many machines at once.
 
 Usage:
-  dolly-server -image PATH [-chain | -tree N | -star] [-nodes N] [-target DEV] [options]
+  dolly-server -image PATH [-auto | -chain | -tree N | -star] [-nodes N] [-target DEV] [options]
+  dolly-server -preview -topology FILE [-image PATH] [-o json]
 
-Nodes run "dolly -server HOST:PORT" (or netboot into it) and join. Once -nodes
-have joined, the server shows the plan (who sends to whom) and each target,
-asks before overwriting anything (unless -yes or not on a terminal), streams the
-image along the plan, shows progress per node and ends with a summary. It exits
-0 only if every node verified its target against the image's digest.
+Nodes run "dolly -server HOST:PORT" (or netboot into it) and join, each sending
+what it measured of itself. Once -nodes have joined, the server shows the
+capacity model's prediction for every plan, the plan it runs (who sends to
+whom) and each target, asks before overwriting anything (unless -yes or not on
+a terminal), streams the image, shows progress per node and ends with a
+summary. It exits 0 only if every node verified its target against the image's
+digest.
 
 Topologies:
+  -auto      let the capacity model pick the fastest plan, and whether to
+             compress (the default)
   -chain     multi-drop chain: server → node1 → node2 → …; every link carries the
-             image once, so 24 nodes take barely longer than one (the default)
+             image once, so 24 nodes take barely longer than one
   -tree N    n-ary tree: the server and every node send to N children
   -star      the server sends to every node itself
+
+-preview prints the model's prediction for every plan on the network described
+by a topology file (see capacity/README.md) and exits without casting.
 
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
@@ -40,6 +49,7 @@ travel compressed and are decoded on each node; runs of zeros are not sent.
 Examples:
   dolly-server -image nt.img -chain -nodes 24 -target /dev/sda2
   dolly-server -image nt.img.zst -tree 2 -nodes 8 -max-rate 50MB/s -yes
+  dolly-server -preview -topology capacity/examples/patagonia-gbe.json
 
 Options:
 `
@@ -51,18 +61,24 @@ func main() {
 func run() int {
 	fs := pflag.NewFlagSet("dolly-server", pflag.ContinueOnError)
 	fs.SortFlags = false
-	image := fs.String("image", "", "image file or block device to cast (required)")
-	chain := fs.Bool("chain", false, "cast along a multi-drop chain (default)")
+	image := fs.String("image", "", "image file or block device to cast (required to cast)")
+	auto := fs.Bool("auto", false, "let the capacity model choose the plan (default)")
+	chain := fs.Bool("chain", false, "cast along a multi-drop chain")
 	tree := fs.Int("tree", 0, "cast along an n-ary tree with this fan-out")
 	star := fs.Bool("star", false, "send to every node from the server")
 	nodes := fs.Int("nodes", 0, "start once this many nodes have joined (required unless on a terminal)")
 	target := fs.String("target", "", "target on every node that names none, e.g. /dev/sda2")
 	listen := fs.String("listen", server.DefaultListen, "control address nodes connect to")
+	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
+	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
+	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
+	output := fs.StringP("output", "o", "text", "format of -preview: text or json")
 	maxRate := fs.String("max-rate", "", "limit the source's sending rate, e.g. 20MB/s or 100Mbit")
 	frameSize := fs.String("frame-size", "1MiB", "frame (segment) size: smaller frames fill a long chain sooner")
 	yes := fs.BoolP("yes", "y", false, "do not ask before overwriting the targets")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the nodes have not joined within this time (0: wait)")
 	progressEvery := fs.Duration("progress-interval", 5*time.Second, "interval of progress lines when not on a terminal")
+	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, usage)
@@ -82,8 +98,40 @@ func run() int {
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
+	var topo *capacity.Topology
+	if *topology != "" {
+		f, err := os.Open(*topology)
+		if err != nil {
+			return usageErr("-topology: %v", err)
+		}
+		topo, err = capacity.ReadTopology(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %s: %v\n", *topology, err)
+			return 1
+		}
+	}
+	fsz, err := capacity.ParseSize(*frameSize)
+	if err != nil {
+		return usageErr("-frame-size %q: %v", *frameSize, err)
+	}
+	if *output != "text" && *output != "json" {
+		return usageErr("-o %q: want text or json", *output)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *preview {
+		if topo == nil {
+			return usageErr("-preview needs -topology FILE")
+		}
+		return runPreview(ctx, topo, *image, int(fsz), *output)
+	}
 	if *image == "" {
 		return usageErr("-image is required")
+	}
+	comp, err := server.ParseCompress(*compress)
+	if err != nil {
+		return usageErr("%v", err)
 	}
 	cfg := server.Config{
 		Image:         *image,
@@ -91,6 +139,10 @@ func run() int {
 		Target:        *target,
 		Listen:        *listen,
 		Yes:           *yes,
+		Compress:      comp,
+		Topology:      topo,
+		NoProbe:       *noProbe,
+		FrameSize:     int(fsz),
 		JoinTimeout:   *joinTimeout,
 		ProgressEvery: *progressEvery,
 		Out:           os.Stdout,
@@ -101,21 +153,21 @@ func run() int {
 		Logger: cli.Logger(os.Stderr, *verbose, *verbose),
 	}
 	shapes := 0
-	for _, set := range []bool{*chain, *tree != 0, *star} {
+	for _, set := range []bool{*auto, *chain, *tree != 0, *star} {
 		if set {
 			shapes++
 		}
 	}
 	switch {
 	case shapes > 1:
-		return usageErr("choose one of -chain, -tree N and -star")
+		return usageErr("choose one of -auto, -chain, -tree N and -star")
 	case *tree < 0 || fs.Changed("tree") && *tree < 1:
 		return usageErr("-tree needs a fan-out of at least 1")
 	case *star:
 		cfg.Shape = capacity.KindStar
 	case *tree > 0:
 		cfg.Shape, cfg.Fanout = capacity.KindTree, *tree
-	default:
+	case *chain:
 		cfg.Shape = capacity.KindChain
 	}
 	if *nodes < 0 {
@@ -131,17 +183,35 @@ func run() int {
 		}
 		cfg.MaxRate = r
 	}
-	fsz, err := capacity.ParseSize(*frameSize)
-	if err != nil {
-		return usageErr("-frame-size %q: %v", *frameSize, err)
-	}
-	cfg.FrameSize = int(fsz)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if _, err := server.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+// runPreview prints the model's view of every plan and casts nothing.
+func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, output string) int {
+	results, err := server.Preview(ctx, topo, image, frameSize)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		return 1
+	}
+	rows := capacity.Preview(results)
+	if output == "json" {
+		b, err := json.MarshalIndent(rows, "", "  ")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+			return 1
+		}
+		fmt.Println(string(b))
+		return 0
+	}
+	name := topo.Name
+	if name == "" {
+		name = "the topology file"
+	}
+	fmt.Printf("capacity model for %s: predicted rate of each plan (MB/s of image, 10^6 B/s), best first\n", name)
+	fmt.Print(capacity.FormatPreview(rows))
 	return 0
 }

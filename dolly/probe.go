@@ -1,0 +1,454 @@
+package dolly
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"dolly/capacity"
+	"dolly/imaging"
+)
+
+// ProbeConfig says what to measure. Every measurement is bounded in bytes
+// and time, and none changes a byte of data: the target's write rate is
+// measured by writing back what was just read from it.
+type ProbeConfig struct {
+	Name   string // host name to report; default: the hostname
+	Target string // block device or file whose write rate to measure; "" skips
+	Image  string // the source's image, whose read rate to measure; "" skips
+	// LocalIP is this machine's address facing the cast, to find its NIC;
+	// nil takes the interface of the default route.
+	LocalIP net.IP
+	// Budget bounds each measurement; default 250 ms.
+	Budget time.Duration
+	// Compress also measures compression rates (the source compresses raw
+	// images on the fly when the plan says so).
+	Compress bool
+}
+
+// ProbeReport is a probe with what people need to read it.
+type ProbeReport struct {
+	capacity.Probe
+	NIC   string   `json:"nic,omitempty"`   // the interface measured
+	Notes []string `json:"notes,omitempty"` // what could not be measured, and why
+}
+
+// probeBlock is the unit of the disk probes: large enough for sequential
+// rates, aligned for O_DIRECT.
+const probeBlock = 4 << 20
+
+// RunProbe measures this machine for the capacity model.
+func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
+	if cfg.Budget <= 0 {
+		cfg.Budget = 250 * time.Millisecond
+	}
+	var r ProbeReport
+	r.Hostname = cfg.Name
+	if r.Hostname == "" {
+		r.Hostname, _ = os.Hostname()
+	}
+	r.Cores = runtime.NumCPU()
+	note := func(format string, a ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+
+	if nic, speed, err := nicSpeed(cfg.LocalIP); err != nil {
+		note("link speed: %v", err)
+		r.NIC = nic
+	} else {
+		r.NIC, r.NICBytesPerSec = nic, speed
+	}
+	if cfg.Target != "" {
+		rate, how, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4)
+		if err != nil {
+			note("target write rate: %v", err)
+		} else {
+			r.DiskWriteBytesPerSec = rate
+			note("target write rate: %s", how)
+		}
+	}
+	if cfg.Image != "" {
+		rate, err := probeRead(ctx, cfg.Image, cfg.Budget*4)
+		if err != nil {
+			note("image read rate: %v", err)
+		} else {
+			r.DiskReadBytesPerSec = rate
+		}
+	}
+	// One pair of buffers serves every memory measurement, so probing
+	// stays small next to a node's working set.
+	// Garbage from one step is collected before the next, so the peak is
+	// that of the largest step, not of them all.
+	runtime.GC()
+	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
+	fillSample(src, 1)
+	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
+	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
+	dst = nil
+	sample := src[:2<<20]
+	r.DecompressBytesPerSec = map[string]float64{}
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
+		runtime.GC()
+		rate, err := probeDecompress(enc, sample, cfg.Budget)
+		if err != nil {
+			note("%s decompression: %v", enc, err)
+			continue
+		}
+		r.DecompressBytesPerSec[enc.String()] = rate
+	}
+	if cfg.Compress {
+		runtime.GC()
+		rate, err := probeCompress(sample, cfg.Budget)
+		if err != nil {
+			note("zstd compression: %v", err)
+		} else {
+			r.CompressBytesPerSec = map[string]float64{imaging.Zstd.String(): rate}
+		}
+	}
+	// Hand the buffers back before the cast needs the memory.
+	src, sample = nil, nil
+	debug.FreeOSMemory()
+	return r
+}
+
+// nicSpeed finds the interface holding ip (or the default route's) and
+// reads the speed it negotiated.
+func nicSpeed(ip net.IP) (string, float64, error) {
+	name, err := interfaceFor(ip)
+	if err != nil {
+		return "", 0, err
+	}
+	if name == "lo" {
+		return name, 0, errors.New("loopback has no link speed (no link limit is modelled)")
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", name, "speed"))
+	if err != nil {
+		return name, 0, fmt.Errorf("%s reports no speed (a bridge, a tunnel or a virtual NIC?)", name)
+	}
+	mbit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || mbit <= 0 {
+		return name, 0, fmt.Errorf("%s reports no speed (link down, or a virtual NIC)", name)
+	}
+	return name, float64(mbit) * 1e6 / 8, nil
+}
+
+func interfaceFor(ip net.IP) (string, error) {
+	if ip == nil {
+		return defaultRouteInterface()
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return i.Name, nil
+			}
+		}
+	}
+	if ip.IsLoopback() {
+		return "lo", nil
+	}
+	return "", fmt.Errorf("no interface holds %s", ip)
+}
+
+// defaultRouteInterface reads the kernel's IPv4 routing table.
+func defaultRouteInterface() (string, error) {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 2 && fields[1] == "00000000" && fields[0] != "Iface" {
+			return fields[0], nil
+		}
+	}
+	return "", errors.New("no default route")
+}
+
+// alignedBuffer returns n bytes aligned for O_DIRECT.
+func alignedBuffer(n int) []byte {
+	const align = 4096
+	b := make([]byte, n+align)
+	off := 0
+	if rem := int(uintptr(unsafe.Pointer(&b[0])) % align); rem != 0 {
+		off = align - rem
+	}
+	return b[off : off+n]
+}
+
+// probeTargetWrite measures the sequential write rate of a target without
+// changing it: it reads blocks and writes the same bytes back (with
+// O_DIRECT where the target allows, so the disk and not the page cache is
+// measured), then syncs. A block device that is mounted or held by another
+// program is left alone. A missing file is measured by writing a temporary
+// file next to it.
+func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (float64, string, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return probeTempWrite(ctx, filepath.Dir(path), budget)
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	block := st.Mode()&os.ModeDevice != 0
+	flags := os.O_RDWR
+	if block {
+		flags |= unix.O_EXCL // refused while mounted or held by another program
+	}
+	f, direct, err := openDirect(path, flags)
+	if err != nil {
+		if block && errors.Is(err, unix.EBUSY) {
+			return 0, "", fmt.Errorf("%s is in use (mounted?): not measured", path)
+		}
+		return 0, "", err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, "", err
+	}
+	region := min(size/2/probeBlock*probeBlock, 64<<20)
+	if region < probeBlock {
+		return 0, "", fmt.Errorf("%s is too small to measure", path)
+	}
+	start := (size/2)/probeBlock*probeBlock - region/2
+	buf := alignedBuffer(probeBlock)
+	var wrote int64
+	var spent time.Duration
+	deadline := time.Now().Add(budget)
+	for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += probeBlock {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return 0, "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		t := time.Now()
+		if _, err := f.WriteAt(buf, off); err != nil {
+			return 0, "", fmt.Errorf("writing %s: %w", path, err)
+		}
+		spent += time.Since(t)
+		wrote += probeBlock
+	}
+	t := time.Now()
+	if err := f.Sync(); err != nil {
+		return 0, "", err
+	}
+	spent += time.Since(t)
+	how := fmt.Sprintf("rewrote %s of %s in place", imaging.FormatBytes(wrote), path)
+	if !direct {
+		how += " (through the page cache)"
+	}
+	return float64(wrote) / spent.Seconds(), how, nil
+}
+
+// probeTempWrite measures a directory's write rate with a temporary file.
+func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (float64, string, error) {
+	f, err := os.CreateTemp(dir, ".dolly-probe-*")
+	if err != nil {
+		return 0, "", err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := alignedBuffer(probeBlock)
+	fillSample(buf, 3)
+	var wrote int64
+	start := time.Now()
+	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
+		if _, err := f.Write(buf); err != nil {
+			return 0, "", err
+		}
+		wrote += probeBlock
+	}
+	if err := f.Sync(); err != nil {
+		return 0, "", err
+	}
+	return float64(wrote) / time.Since(start).Seconds(), fmt.Sprintf("wrote %s to a temporary file in %s", imaging.FormatBytes(wrote), dir), nil
+}
+
+// probeRead measures the read rate of a file or device.
+func probeRead(ctx context.Context, path string, budget time.Duration) (float64, error) {
+	f, _, err := openDirect(path, os.O_RDONLY)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, err
+	}
+	buf := alignedBuffer(probeBlock)
+	var read int64
+	start := time.Now()
+	// Spread over the file: the image is read whole in a cast.
+	step := max(size/16/probeBlock*probeBlock, probeBlock)
+	for off := int64(0); off+probeBlock <= size && time.Since(start) < budget && ctx.Err() == nil; off += step {
+		n, err := f.ReadAt(buf, off)
+		read += int64(n)
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+	}
+	if read == 0 {
+		return 0, errors.New("too small to measure")
+	}
+	return float64(read) / time.Since(start).Seconds(), nil
+}
+
+// openDirect opens with O_DIRECT, or without it where the filesystem
+// refuses (tmpfs).
+func openDirect(path string, flags int) (*os.File, bool, error) {
+	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0)
+	if err == nil {
+		return f, true, nil
+	}
+	if errors.Is(err, unix.EINVAL) {
+		f, err = os.OpenFile(path, flags, 0)
+		return f, false, err
+	}
+	return nil, false, err
+}
+
+// measure runs work repeatedly for about budget and returns bytes/s.
+func measure(budget time.Duration, work func() int) float64 {
+	var n int64
+	start := time.Now()
+	for time.Since(start) < budget || n == 0 {
+		n += int64(work())
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// fillSample makes data like a filesystem's: half text, half binary, no
+// zero runs (those cost a node nothing), about 2:1 compressible.
+func fillSample(p []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	words := []string{"kernel ", "module ", "libc.so.6 ", "/usr/share/doc ", "config\n", "0x0000ffff ", "README ", "mount "}
+	for i := 0; i < len(p); {
+		n := min(len(p)-i, 4096*(1+r.IntN(16)))
+		if r.IntN(2) == 0 {
+			for j := i; j+8 <= i+n; j += 8 {
+				binary.LittleEndian.PutUint64(p[j:], r.Uint64())
+			}
+		} else {
+			for j := i; j < i+n; {
+				j += copy(p[j:i+n], words[r.IntN(len(words))])
+			}
+		}
+		i += n
+	}
+}
+
+// probeDecompress measures dolly's own decoder on the sample.
+func probeDecompress(enc imaging.Encoding, sample []byte, budget time.Duration) (float64, error) {
+	var packed bytes.Buffer
+	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
+		return 0, err
+	}
+	var failed error
+	rate := measure(budget, func() int {
+		d, err := imaging.NewDecoder(enc, bytes.NewReader(packed.Bytes()))
+		if err != nil {
+			failed = err
+			return 1
+		}
+		defer d.Close()
+		n, err := io.Copy(io.Discard, d)
+		if err != nil {
+			failed = err
+		}
+		return int(n)
+	})
+	return rate, failed
+}
+
+// probeCompress measures on-the-fly zstd compression on one core.
+func probeCompress(sample []byte, budget time.Duration) (float64, error) {
+	var failed error
+	rate := measure(budget, func() int {
+		if err := imaging.Compress(io.Discard, imaging.Zstd, bytes.NewReader(sample), 1); err != nil {
+			failed = err
+		}
+		return len(sample)
+	})
+	return rate, failed
+}
+
+// Format renders the report for people.
+func (r ProbeReport) Format() string {
+	var b strings.Builder
+	rate := func(v float64) string {
+		if v <= 0 {
+			return "not measured"
+		}
+		return imaging.FormatBytes(int64(v)) + "/s"
+	}
+	fmt.Fprintf(&b, "probe of %s (%d cores)\n", r.Hostname, r.Cores)
+	nic := "link speed"
+	if r.NIC != "" {
+		nic += " (" + r.NIC + ")"
+	}
+	linkRate := rate(r.NICBytesPerSec)
+	if r.NICBytesPerSec > 0 {
+		linkRate = fmt.Sprintf("%s (%.0f Mbit/s)", linkRate, r.NICBytesPerSec*8/1e6)
+	}
+	rows := [][2]string{
+		{nic, linkRate},
+		{"target write", rate(r.DiskWriteBytesPerSec)},
+	}
+	if r.DiskReadBytesPerSec > 0 {
+		rows = append(rows, [2]string{"image read", rate(r.DiskReadBytesPerSec)})
+	}
+	rows = append(rows,
+		[2]string{"memory copy, one core", rate(r.MemcpyBytesPerSec)},
+		[2]string{"CRC-32C, one core", rate(r.DigestBytesPerSec)})
+	for _, codec := range []string{"zstd", "gzip"} {
+		rows = append(rows, [2]string{codec + " decode", rate(r.DecompressBytesPerSec[codec])})
+	}
+	if v := r.CompressBytesPerSec["zstd"]; v > 0 {
+		rows = append(rows, [2]string{"zstd encode, one core", rate(v)})
+	}
+	for _, row := range rows {
+		fmt.Fprintf(&b, "  %-24s %s\n", row[0], row[1])
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	return b.String()
+}
+
+// LocalIPFor returns the local address this machine would use to reach
+// addr (host:port or host), without sending anything.
+func LocalIPFor(addr string) (net.IP, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return nil, fmt.Errorf("no route to %s: %w", host, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+// NICSpeed returns the interface holding ip and the speed it negotiated in
+// bytes per second, or an error saying why it is unknown.
+func NICSpeed(ip net.IP) (string, float64, error) { return nicSpeed(ip) }

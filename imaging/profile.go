@@ -1,0 +1,85 @@
+package imaging
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+// Profile is what the capacity model needs to know of an image.
+type Profile struct {
+	Encoding   Encoding // as stored
+	Size       int64    // raw bytes
+	StreamSize int64    // stored bytes
+	// ZeroFraction is the share of the raw image in zero runs, which a
+	// cast neither sends nor writes.
+	ZeroFraction float64
+	// Codec and Factor describe the image compressed: the stored codec and
+	// its exact factor for a compressed image; for a raw image zstd and the
+	// factor estimated from samples, for compressing it on the fly.
+	Codec  Encoding
+	Factor float64
+	// Sampled says the figures are estimates from samples of a raw image.
+	Sampled bool
+}
+
+// profileSamples is how many evenly spread pieces of a raw image Profile
+// reads, each profileSample bytes: about 64 MiB, a fraction of a second.
+const (
+	profileSamples = 64
+	profileSample  = 1 << 20
+)
+
+// Profile describes the image for planning. A compressed image must have
+// been scanned; a raw one is sampled (the whole of it when small).
+func (im *Image) Profile(ctx context.Context) (Profile, error) {
+	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
+	if im.Encoding.Compressed() {
+		if im.Digest.IsZero() {
+			return p, fmt.Errorf("image %s must be scanned before it is profiled", im.Path)
+		}
+		p.ZeroFraction = float64(im.ZeroBytes) / float64(im.Size)
+		p.Codec, p.Factor = im.Encoding, float64(im.Size)/float64(im.StreamSize)
+		return p, nil
+	}
+	p.Sampled, p.Codec = true, Zstd
+	buf := make([]byte, profileSample)
+	step := max(im.Size/profileSamples/ZeroBlock*ZeroBlock, profileSample)
+	var sampled, zeros int64
+	counter := &countingWriter{}
+	zw, err := NewEncoder(Zstd, counter, 0)
+	if err != nil {
+		return p, err
+	}
+	for off := int64(0); off < im.Size; off += step {
+		if err := ctx.Err(); err != nil {
+			return p, err
+		}
+		n, err := im.f.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
+		if err != nil && err != io.EOF {
+			return p, fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
+		}
+		Segments(buf[:n], off, MinZeroRun, off+int64(n) == im.Size, func(s Segment) {
+			if s.Zero {
+				zeros += int64(s.Len)
+			}
+		})
+		if _, err := zw.Write(buf[:n]); err != nil {
+			return p, err
+		}
+		sampled += int64(n)
+	}
+	if err := zw.Close(); err != nil {
+		return p, err
+	}
+	p.ZeroFraction = float64(zeros) / float64(sampled)
+	p.Factor = float64(sampled) / float64(max(counter.n, 1))
+	return p, nil
+}
+
+type countingWriter struct{ n int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
+}

@@ -1,0 +1,57 @@
+// Package testenv lets tests ask for what this machine may lack — root,
+// loop devices, network namespaces, programs — and skip with a clear
+// message when it is missing.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// RequireRoot skips the test unless it runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (run the tests as root, as CI does)")
+	}
+}
+
+// RequireProgram skips the test unless name is on the PATH; pkg says
+// which package provides it.
+func RequireProgram(t testing.TB, name, pkg string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("skipped: needs %s (Debian package %s)", name, pkg)
+	}
+}
+
+// LoopDevice attaches file to a free loop device and detaches it when the
+// test ends. It skips the test where loop devices cannot be had.
+func LoopDevice(t testing.TB, file string) string {
+	t.Helper()
+	RequireRoot(t)
+	RequireProgram(t, "losetup", "util-linux")
+	out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
+	if err != nil {
+		t.Skipf("skipped: no loop device available: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
+			t.Errorf("detaching %s: %v: %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+// Run runs a command and fails the test with its output if it fails.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

@@ -1,0 +1,233 @@
+package server
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/imaging"
+)
+
+// SourceName is the source's name in plans and the capacity model.
+const SourceName = "dolly-server"
+
+// Compress says whether a cast may compress the stream.
+type Compress string
+
+const (
+	CompressAuto Compress = "auto" // the capacity model decides
+	CompressYes  Compress = "yes"  // compressed: as stored, or zstd on the fly
+	CompressNo   Compress = "no"   // raw: decoded at the source if stored compressed
+)
+
+// ParseCompress reads the -compress flag.
+func ParseCompress(s string) (Compress, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return CompressAuto, nil
+	case "yes", "on", "true", "zstd":
+		return CompressYes, nil
+	case "no", "off", "false", "none", "raw":
+		return CompressNo, nil
+	}
+	return "", fmt.Errorf("-compress %q: want auto, yes or no", s)
+}
+
+// Options turns an image profile into the capacity model's options.
+func Options(p imaging.Profile, frameSize int) capacity.Options {
+	opt := capacity.Options{
+		ImageBytes:   p.Size,
+		FrameBytes:   int64(frameSize),
+		ZeroFraction: min(p.ZeroFraction, 0.999),
+		Compression:  capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
+		Stored:       &capacity.Compression{Factor: 1},
+	}
+	if p.Encoding.Compressed() {
+		opt.Stored = &capacity.Compression{Codec: p.Encoding.String(), Factor: p.Factor}
+	}
+	return opt
+}
+
+// wireEncoding is how a plan sends an image stored as stored.
+func wireEncoding(c capacity.Compression, stored imaging.Encoding) imaging.Encoding {
+	switch {
+	case !c.Enabled():
+		return imaging.Raw
+	case stored.Compressed():
+		return stored
+	}
+	enc, err := imaging.ParseEncoding(c.Codec)
+	if err != nil {
+		return imaging.Zstd
+	}
+	return enc
+}
+
+// Choice is the plan a cast runs and the model's view of it.
+type Choice struct {
+	Result  capacity.Result   // the chosen plan and its prediction
+	Ranked  []capacity.Result // every plan considered, best first
+	Send    imaging.Encoding  // how the stream travels
+	Modeled bool              // false when the model could not judge the plans
+	Notes   []string
+}
+
+// Choose ranks the plans for a network and picks the one to run: the
+// operator's shape if given (placed as the planner would place it), else the
+// best; compressed or not as the operator allows.
+func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fanout int, compress Compress, stored imaging.Encoding) (Choice, error) {
+	allowed := func(c capacity.Compression) bool {
+		switch compress {
+		case CompressYes:
+			return c.Enabled()
+		case CompressNo:
+			return !c.Enabled()
+		}
+		return true
+	}
+	if compress == CompressYes && !opt.Compression.Enabled() {
+		return Choice{}, fmt.Errorf("-compress yes: the image does not compress (factor %.2f)", opt.Compression.Factor)
+	}
+	var ch Choice
+	ranked, err := capacity.Rank(net, opt)
+	if err != nil {
+		return ch, err
+	}
+	ch.Ranked = ranked
+	var pool []capacity.Result
+	if shape == "" {
+		pool = ranked
+	} else {
+		nodes := len(net.Hosts) - 1
+		var tree capacity.Tree
+		switch shape {
+		case capacity.KindStar:
+			tree = capacity.Star(nodes)
+		case capacity.KindTree:
+			tree = capacity.NaryTree(nodes, fanout)
+		default:
+			tree = capacity.Chain(nodes)
+		}
+		comps := []capacity.Compression{{}}
+		if opt.Compression.Enabled() {
+			comps = append(comps, opt.Compression)
+		}
+		for _, c := range comps {
+			plan, err := capacity.Arrange(net, tree, c)
+			if err != nil {
+				return ch, err
+			}
+			r, err := capacity.Evaluate(net, plan, opt)
+			if err != nil {
+				return ch, err
+			}
+			pool = append(pool, r)
+		}
+		slices.SortStableFunc(pool, func(a, b capacity.Result) int { return cmp.Compare(a.ETA, b.ETA) })
+	}
+	for _, r := range pool {
+		if allowed(r.Plan.Compression) {
+			ch.Result = r
+			break
+		}
+	}
+	if ch.Result.Plan.Hosts == nil {
+		return ch, fmt.Errorf("no plan fits -compress %s", compress)
+	}
+	ch.Send = wireEncoding(ch.Result.Plan.Compression, stored)
+	ch.Modeled = ch.Result.Rate > 0 && ch.Result.Rate < 1e15
+	return ch, nil
+}
+
+// fallbackChoice is the plan when the model cannot judge: the operator's
+// shape (a chain by default), the image as stored unless told otherwise.
+func fallbackChoice(names []string, shape capacity.Kind, fanout int, compress Compress, stored imaging.Encoding, why error) Choice {
+	n := len(names) - 1
+	var tree capacity.Tree
+	switch shape {
+	case capacity.KindStar:
+		tree = capacity.Star(n)
+	case capacity.KindTree:
+		tree = capacity.NaryTree(n, fanout)
+	default:
+		tree = capacity.Chain(n)
+	}
+	send := stored
+	switch {
+	case compress == CompressNo:
+		send = imaging.Raw
+	case compress == CompressYes && !stored.Compressed():
+		send = imaging.Zstd
+	}
+	comp := capacity.Compression{}
+	if send.Compressed() {
+		comp = capacity.Compression{Codec: send.String(), Factor: 2}
+	}
+	return Choice{
+		Result: capacity.Result{Plan: capacity.Plan{Tree: tree, Hosts: names, Compression: comp}, Depth: tree.Depth()},
+		Send:   send,
+		Notes:  []string{fmt.Sprintf("no prediction: %v", why)},
+	}
+}
+
+// printPreview shows every plan the model ranked and which one runs.
+func printPreview(out io.Writer, ch Choice) {
+	if len(ch.Ranked) > 0 {
+		rows := capacity.Preview(ch.Ranked)
+		chosen := ch.Result.Plan
+		table := capacity.FormatPreview(rows)
+		lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+		fmt.Fprintln(out, "\ncapacity model: predicted rate of each plan (MB/s of image, 10^6 B/s), best first")
+		for i, line := range lines {
+			mark := "  "
+			if i > 0 && sameShape(ch.Ranked[i-1].Plan, chosen) {
+				mark = "▶ "
+			}
+			fmt.Fprintf(out, "%s%s\n", mark, line)
+		}
+	}
+	for _, n := range ch.Notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+}
+
+func sameShape(a, b capacity.Plan) bool {
+	return a.Tree.Kind == b.Tree.Kind && a.Tree.Fanout == b.Tree.Fanout &&
+		a.Compression.Enabled() == b.Compression.Enabled() && slices.Equal(a.Hosts, b.Hosts)
+}
+
+// describeChoice is one line on the plan that runs.
+func describeChoice(ch Choice) string {
+	r := ch.Result
+	how := "raw"
+	if ch.Send.Compressed() {
+		how = ch.Send.String()
+	}
+	if !ch.Modeled {
+		return fmt.Sprintf("%s, %s", r.Plan.Name(), how)
+	}
+	return fmt.Sprintf("%s, %s: predicted %s MB/s, ETA %s (bottleneck: %s)",
+		r.Plan.Name(), how, mbps(r.Rate), formatDuration(r.ETA), r.Bottleneck)
+}
+
+// probeFor is a node's probe under its name in the plan, or an empty probe
+// (nothing modelled) when the node sent none.
+func probeFor(name string, p *capacity.Probe) capacity.Probe {
+	if p == nil {
+		return capacity.Probe{Hostname: name}
+	}
+	q := *p
+	q.Hostname = name
+	return q
+}
+
+// sourceProbe turns the server's own report into the source's probe.
+func sourceProbe(r dolly.ProbeReport) capacity.Probe {
+	p := r.Probe
+	p.Hostname = SourceName
+	return p
+}
