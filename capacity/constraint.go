@@ -18,6 +18,11 @@ const (
 	MemoryLimit     ConstraintKind = "memory"     // a host's memory system
 	CPULimit        ConstraintKind = "cpu"        // the sum of a host's CPU shares
 	DecompressLimit ConstraintKind = "decompress" // decompression on one core
+
+	// The CPU and memory system of a machine that several hosts share:
+	// Streams counts the hosts, Coef sums their demands.
+	MachineCPULimit    ConstraintKind = "machine-cpu"
+	MachineMemoryLimit ConstraintKind = "machine-memory"
 )
 
 // Flow is what a vertex of the logical tree does, as its node model counts
@@ -85,7 +90,7 @@ func (c Constraint) Describe() string {
 
 // String shows the constraint with its inequality and the bound it sets.
 func (c Constraint) String() string {
-	if c.Kind == CPULimit || c.Kind == DecompressLimit {
+	if c.Kind == CPULimit || c.Kind == DecompressLimit || c.Kind == MachineCPULimit {
 		// Shown per MB/s so the numbers read like the paper's (2/60 + …)·b ≤ 1.
 		return fmt.Sprintf("%s: %.4g·b ≤ %.4g cores (b in MB/s) → b ≤ %.2f MB/s",
 			c.Describe(), c.Coef*MB, c.Cap, c.Bound()/MB)

@@ -179,13 +179,29 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 				Streams: n, Coef: float64(n) * wire, Cap: sw.Backplane})
 		}
 	}
+	machines := map[string]*sharedMachine{}
+	var machineOrder []string
 	for v, i := range host {
 		h := f.net.Hosts[i]
+		first := len(constraints)
 		var err error
 		constraints, err = appendHostLimits(constraints, h.Name, h.Resources, v == 0, out[v], st)
 		if err != nil {
 			return Result{}, fmt.Errorf("host %s: %w", h.Name, err)
 		}
+		if h.Machine == "" {
+			continue
+		}
+		m := machines[h.Machine]
+		if m == nil {
+			m = &sharedMachine{}
+			machines[h.Machine] = m
+			machineOrder = append(machineOrder, h.Machine)
+		}
+		m.add(constraints[first:])
+	}
+	for _, name := range machineOrder {
+		constraints = machines[name].appendLimits(constraints, name)
 	}
 
 	rate, binding := Solve(constraints)
@@ -199,4 +215,41 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		Binding:     binding,
 		Constraints: constraints,
 	}, nil
+}
+
+// sharedMachine sums the CPU and memory demands of hosts that run on one
+// machine: several emulated hosts on a test box, or several nodes on one PC.
+type sharedMachine struct {
+	hosts             int
+	cpu, cpuCap       float64
+	memory, memoryCap float64
+}
+
+func (m *sharedMachine) add(cs []Constraint) {
+	m.hosts++
+	for _, c := range cs {
+		switch c.Kind {
+		case CPULimit:
+			m.cpu += c.Coef
+			m.cpuCap = max(m.cpuCap, c.Cap)
+		case MemoryLimit:
+			m.memory += c.Coef
+			m.memoryCap = max(m.memoryCap, c.Cap)
+		}
+	}
+}
+
+// appendLimits adds the machine's own inequalities once two or more hosts
+// of the plan share it.
+func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint {
+	if m.hosts < 2 {
+		return dst
+	}
+	if m.cpu > 0 && m.cpuCap > 0 {
+		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts, Coef: m.cpu, Cap: m.cpuCap})
+	}
+	if m.memory > 0 && m.memoryCap > 0 {
+		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
+	}
+	return dst
 }

@@ -96,6 +96,7 @@ type hostFile struct {
 	Switch    string         `json:"switch"`
 	Link      rate           `json:"link"`
 	Role      Role           `json:"role"`
+	Machine   string         `json:"machine"`
 	Profile   string         `json:"profile"`
 	Resources *resourcesFile `json:"resources"`
 	Probe     *Probe         `json:"probe"`
@@ -201,7 +202,7 @@ func (tf topologyFile) topology() (*Topology, error) {
 // host resolves one host's resources: a named profile, inline resources or
 // a probe. A host with none is left for Network.ApplyProbes.
 func (tf topologyFile) host(hf hostFile) (Host, error) {
-	h := Host{Name: hf.Name, Switch: hf.Switch, Link: float64(hf.Link), Role: hf.Role}
+	h := Host{Name: hf.Name, Switch: hf.Switch, Link: float64(hf.Link), Role: hf.Role, Machine: hf.Machine}
 	if h.Role == "" {
 		h.Role = RoleNode
 	}

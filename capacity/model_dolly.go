@@ -27,8 +27,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	I/O bus   ((1+o)·w + d)·b ≤ bus
 //	memory    ((1+o)·w + 2w + w + 2d + d + d [+ w + d + 2 + 1])·b ≤ memory
 //	          NIC DMAs, read copy, CRC, write copy, disk DMA, digest [decoder in/out, gather copy, zero scan]
-//	CPU       ((1+o)·w/net + w/copy + w/digest + d/copy + d/digest + d/disk
+//	CPU       ((1+o)·w/net + w/copy + w/digest + d/write + d/digest
 //	           [+ d/decompress + 1/copy + 1/digest])·b ≤ cores
+//	          where write is the probed write path (disk CPU rate), else the copy rate
 //	decompression, when it cannot spread over cores: d/decompress·b ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
@@ -37,8 +38,15 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	w, d := st.wire(), st.data()
 
 	memory := (1+o)*w + 2*w + w + 2*d + d + d
+	// The write path's cost (the copy into the page cache, the filesystem
+	// or block layer, writeback) is what a probe measures as the disk's CPU
+	// rate; without it, the copy alone is counted.
+	write := share(r.CPU.Disk)
+	if write == 0 {
+		write = share(r.CPU.Copy)
+	}
 	cpu := (1+o)*w*share(r.CPU.Net) + w*share(r.CPU.Copy) + w*share(r.CPU.Digest) +
-		d*share(r.CPU.Copy) + d*share(r.CPU.Digest) + d*share(r.CPU.Disk)
+		d*write + d*share(r.CPU.Digest)
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)
 		if err != nil {

@@ -49,6 +49,10 @@ type Host struct {
 	Link      float64 // link capacity per direction, bytes/s; 0 = not known, not modelled
 	Role      Role    // RoleSource or RoleNode; empty means RoleNode
 	Resources Resources
+	// Machine names the machine the host runs on when several hosts share
+	// one (emulated hosts on a test box, several nodes on one PC): their
+	// CPU and memory demands add up against that machine's.
+	Machine string
 }
 
 // SwitchLink is a full-duplex link between two switches.

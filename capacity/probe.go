@@ -14,6 +14,10 @@ type Probe struct {
 	NICBytesPerSec float64 `json:"nic_bytes_per_sec"`
 	// DiskWriteBytesPerSec is the target's sequential write rate.
 	DiskWriteBytesPerSec float64 `json:"disk_write_bytes_per_sec"`
+	// DiskWriteCPUBytesPerSec is the rate one core can push data through
+	// the write path to the target (write(2) into the page cache, then
+	// writeback): its CPU cost.
+	DiskWriteCPUBytesPerSec float64 `json:"disk_write_cpu_bytes_per_sec,omitempty"`
 	// DiskReadBytesPerSec is the sequential read rate of the image store;
 	// only the source's matters.
 	DiskReadBytesPerSec float64 `json:"disk_read_bytes_per_sec,omitempty"`
@@ -64,6 +68,7 @@ func (p Probe) Resources(role Role) Resources {
 		ParallelDecompress: false,
 		CPU: CPURates{
 			Net:        net,
+			Disk:       p.DiskWriteCPUBytesPerSec,
 			Copy:       p.MemcpyBytesPerSec,
 			Digest:     p.DigestBytesPerSec,
 			Decompress: maps.Clone(p.DecompressBytesPerSec),

@@ -108,3 +108,32 @@ func TestUnknownLinkIsNotModelled(t *testing.T) {
 		t.Fatalf("rate %v MB/s bound by %s", r.Rate/MB, r.Bottleneck)
 	}
 }
+
+// Hosts on one machine share its CPU: four relays that each need a third of
+// a core cannot all run on a two-core machine at full rate.
+func TestSharedMachine(t *testing.T) {
+	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB}}
+	apart := oneSwitch(4, 1250*MB, res)
+	shared := oneSwitch(4, 1250*MB, res)
+	for i := range shared.Hosts {
+		shared.Hosts[i].Machine = "box"
+	}
+	a := evaluateWith(t, apart, Chain(4), Compression{}, Options{})
+	s := evaluateWith(t, shared, Chain(4), Compression{}, Options{})
+	if s.Rate >= a.Rate {
+		t.Fatalf("shared machine %v MB/s, apart %v MB/s: sharing must cost", s.Rate/MB, a.Rate/MB)
+	}
+	c := find(t, s, MachineCPULimit, "box")
+	var sum float64
+	for _, h := range s.Constraints {
+		if h.Kind == CPULimit {
+			sum += h.Coef
+		}
+	}
+	if !near(c.Coef, sum) || c.Cap != 2 || c.Streams != 5 {
+		t.Fatalf("machine constraint %+v, want the sum %v of 5 hosts on 2 cores", c, sum)
+	}
+	if s.Bottleneck != "CPU of machine box, shared by 5 hosts" {
+		t.Fatalf("bottleneck %q", s.Bottleneck)
+	}
+}

@@ -132,7 +132,7 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 	if ip := net.ParseIP(dataHost); ip != nil && ip.IsUnspecified() {
 		dataHost = ""
 	}
-	hello := Hello{Version: Version, Name: n.cfg.Name, MACs: macs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target}
+	hello := Hello{Version: Version, Name: n.cfg.Name, MACs: MACs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target}
 	if err := n.ctl.Send(Message{Type: MsgHello, Hello: &hello}); err != nil {
 		return NodeResult{}, err
 	}
@@ -434,8 +434,8 @@ func closeAll(cs []net.Conn) {
 	}
 }
 
-// macs lists the hardware addresses of the machine's interfaces.
-func macs() []string {
+// MACs lists the hardware addresses of the machine's interfaces.
+func MACs() []string {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil

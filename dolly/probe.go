@@ -17,9 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"dolly/capacity"
 	"dolly/imaging"
@@ -53,6 +50,13 @@ type ProbeReport struct {
 // rates, aligned for O_DIRECT.
 const probeBlock = 4 << 20
 
+// diskProbe is what a disk measurement found.
+type diskProbe struct {
+	rate    float64 // bytes per second through the write path to the disk
+	cpuRate float64 // bytes per second one core can push through that path
+	how     string
+}
+
 // RunProbe measures this machine for the capacity model.
 func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 	if cfg.Budget <= 0 {
@@ -73,12 +77,12 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 		r.NIC, r.NICBytesPerSec = nic, speed
 	}
 	if cfg.Target != "" {
-		rate, how, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4)
+		d, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4)
 		if err != nil {
 			note("target write rate: %v", err)
 		} else {
-			r.DiskWriteBytesPerSec = rate
-			note("target write rate: %s", how)
+			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
+			note("target write rate: %s", d.how)
 		}
 	}
 	if cfg.Image != "" {
@@ -98,6 +102,11 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 	fillSample(src, 1)
 	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
+	if rate, err := probeNetStream(src, r.MemcpyBytesPerSec, cfg.Budget); err != nil {
+		note("TCP stream cost: %v", err)
+	} else {
+		r.NetStreamBytesPerSec = rate
+	}
 	dst = nil
 	sample := src[:2<<20]
 	r.DecompressBytesPerSec = map[string]float64{}
@@ -183,147 +192,6 @@ func defaultRouteInterface() (string, error) {
 		}
 	}
 	return "", errors.New("no default route")
-}
-
-// alignedBuffer returns n bytes aligned for O_DIRECT.
-func alignedBuffer(n int) []byte {
-	const align = 4096
-	b := make([]byte, n+align)
-	off := 0
-	if rem := int(uintptr(unsafe.Pointer(&b[0])) % align); rem != 0 {
-		off = align - rem
-	}
-	return b[off : off+n]
-}
-
-// probeTargetWrite measures the sequential write rate of a target without
-// changing it: it reads blocks and writes the same bytes back (with
-// O_DIRECT where the target allows, so the disk and not the page cache is
-// measured), then syncs. A block device that is mounted or held by another
-// program is left alone. A missing file is measured by writing a temporary
-// file next to it.
-func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (float64, string, error) {
-	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return probeTempWrite(ctx, filepath.Dir(path), budget)
-	}
-	if err != nil {
-		return 0, "", err
-	}
-	block := st.Mode()&os.ModeDevice != 0
-	flags := os.O_RDWR
-	if block {
-		flags |= unix.O_EXCL // refused while mounted or held by another program
-	}
-	f, direct, err := openDirect(path, flags)
-	if err != nil {
-		if block && errors.Is(err, unix.EBUSY) {
-			return 0, "", fmt.Errorf("%s is in use (mounted?): not measured", path)
-		}
-		return 0, "", err
-	}
-	defer f.Close()
-	size, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		return 0, "", err
-	}
-	region := min(size/2/probeBlock*probeBlock, 64<<20)
-	if region < probeBlock {
-		return 0, "", fmt.Errorf("%s is too small to measure", path)
-	}
-	start := (size/2)/probeBlock*probeBlock - region/2
-	buf := alignedBuffer(probeBlock)
-	var wrote int64
-	var spent time.Duration
-	deadline := time.Now().Add(budget)
-	for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += probeBlock {
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return 0, "", fmt.Errorf("reading %s: %w", path, err)
-		}
-		t := time.Now()
-		if _, err := f.WriteAt(buf, off); err != nil {
-			return 0, "", fmt.Errorf("writing %s: %w", path, err)
-		}
-		spent += time.Since(t)
-		wrote += probeBlock
-	}
-	t := time.Now()
-	if err := f.Sync(); err != nil {
-		return 0, "", err
-	}
-	spent += time.Since(t)
-	how := fmt.Sprintf("rewrote %s of %s in place", imaging.FormatBytes(wrote), path)
-	if !direct {
-		how += " (through the page cache)"
-	}
-	return float64(wrote) / spent.Seconds(), how, nil
-}
-
-// probeTempWrite measures a directory's write rate with a temporary file.
-func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (float64, string, error) {
-	f, err := os.CreateTemp(dir, ".dolly-probe-*")
-	if err != nil {
-		return 0, "", err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	buf := alignedBuffer(probeBlock)
-	fillSample(buf, 3)
-	var wrote int64
-	start := time.Now()
-	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
-		if _, err := f.Write(buf); err != nil {
-			return 0, "", err
-		}
-		wrote += probeBlock
-	}
-	if err := f.Sync(); err != nil {
-		return 0, "", err
-	}
-	return float64(wrote) / time.Since(start).Seconds(), fmt.Sprintf("wrote %s to a temporary file in %s", imaging.FormatBytes(wrote), dir), nil
-}
-
-// probeRead measures the read rate of a file or device.
-func probeRead(ctx context.Context, path string, budget time.Duration) (float64, error) {
-	f, _, err := openDirect(path, os.O_RDONLY)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	size, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		return 0, err
-	}
-	buf := alignedBuffer(probeBlock)
-	var read int64
-	start := time.Now()
-	// Spread over the file: the image is read whole in a cast.
-	step := max(size/16/probeBlock*probeBlock, probeBlock)
-	for off := int64(0); off+probeBlock <= size && time.Since(start) < budget && ctx.Err() == nil; off += step {
-		n, err := f.ReadAt(buf, off)
-		read += int64(n)
-		if err != nil && err != io.EOF {
-			return 0, err
-		}
-	}
-	if read == 0 {
-		return 0, errors.New("too small to measure")
-	}
-	return float64(read) / time.Since(start).Seconds(), nil
-}
-
-// openDirect opens with O_DIRECT, or without it where the filesystem
-// refuses (tmpfs).
-func openDirect(path string, flags int) (*os.File, bool, error) {
-	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0)
-	if err == nil {
-		return f, true, nil
-	}
-	if errors.Is(err, unix.EINVAL) {
-		f, err = os.OpenFile(path, flags, 0)
-		return f, false, err
-	}
-	return nil, false, err
 }
 
 // measure runs work repeatedly for about budget and returns bytes/s.
@@ -412,6 +280,8 @@ func (r ProbeReport) Format() string {
 	rows := [][2]string{
 		{nic, linkRate},
 		{"target write", rate(r.DiskWriteBytesPerSec)},
+		{"write path, one core", rate(r.DiskWriteCPUBytesPerSec)},
+		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
 	}
 	if r.DiskReadBytesPerSec > 0 {
 		rows = append(rows, [2]string{"image read", rate(r.DiskReadBytesPerSec)})

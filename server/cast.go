@@ -65,7 +65,13 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 	probes := []capacity.Probe{src}
 	machines := map[string]int{}
 	var unprobed, noLink []string
+	machineOf := []string{""}
+	if len(ready) > 0 {
+		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+		machineOf[0] = machineKey(dolly.MACs(), ip.String())
+	}
 	for _, n := range ready {
+		machineOf = append(machineOf, n.machine)
 		p := probeFor(n.name, n.probe)
 		probes = append(probes, p)
 		switch {
@@ -83,7 +89,7 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 		notes = append(notes, fmt.Sprintf("link speed unknown for %s (loopback or a virtual NIC): not modelled", listNames(noLink)))
 	}
 	if len(machines) < len(ready) {
-		notes = append(notes, fmt.Sprintf("%d nodes run on %d machines: the model counts each node as a machine of its own", len(ready), len(machines)))
+		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out their CPU and memory", len(ready), plural(len(machines), "machine")))
 	}
 	if t := s.cfg.Topology; t != nil {
 		net, err := fromTopology(t, probes)
@@ -92,9 +98,92 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
 	}
+	mergeMachineProbes(probes, machineOf)
 	net := capacity.SingleSwitch(probes[0], probes[1:])
 	net.LinkEfficiency = capacity.TCPEthernetEfficiency
+	shareMachines(net.Hosts, machineOf)
 	return net, notes
+}
+
+// mergeMachineProbes gives every probe of one machine the best CPU and
+// memory figures any of them measured: nodes on one machine probe at the
+// same time and slow each other down, but the hardware is the same.
+func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
+	best := map[string]capacity.Probe{}
+	for i, p := range probes {
+		m := machineOf[i]
+		if m == "" {
+			continue
+		}
+		b := best[m]
+		b.MemcpyBytesPerSec = max(b.MemcpyBytesPerSec, p.MemcpyBytesPerSec)
+		b.DigestBytesPerSec = max(b.DigestBytesPerSec, p.DigestBytesPerSec)
+		b.NetStreamBytesPerSec = max(b.NetStreamBytesPerSec, p.NetStreamBytesPerSec)
+		b.DecompressBytesPerSec = maxRates(b.DecompressBytesPerSec, p.DecompressBytesPerSec)
+		b.CompressBytesPerSec = maxRates(b.CompressBytesPerSec, p.CompressBytesPerSec)
+		best[m] = b
+	}
+	for i := range probes {
+		b, ok := best[machineOf[i]]
+		if !ok {
+			continue
+		}
+		p := &probes[i]
+		if p.MemcpyBytesPerSec > 0 {
+			p.MemcpyBytesPerSec = b.MemcpyBytesPerSec
+		}
+		if p.DigestBytesPerSec > 0 {
+			p.DigestBytesPerSec = b.DigestBytesPerSec
+		}
+		if p.NetStreamBytesPerSec > 0 {
+			p.NetStreamBytesPerSec = b.NetStreamBytesPerSec
+		}
+		if p.DecompressBytesPerSec != nil {
+			p.DecompressBytesPerSec = b.DecompressBytesPerSec
+		}
+		if p.CompressBytesPerSec != nil {
+			p.CompressBytesPerSec = b.CompressBytesPerSec
+		}
+	}
+}
+
+func maxRates(a, b map[string]float64) map[string]float64 {
+	if a == nil && b == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = max(out[k], v)
+	}
+	return out
+}
+
+// machineKey tells machines apart: the same interfaces seen at the same
+// address are one machine, however many nodes run on it.
+func machineKey(macs []string, ip string) string {
+	return strings.Join(macs, ",") + "@" + ip
+}
+
+// shareMachines marks hosts that run on one machine, so the model adds up
+// their demands on its CPU and memory.
+func shareMachines(hosts []capacity.Host, machineOf []string) {
+	count := map[string]int{}
+	for _, m := range machineOf {
+		count[m]++
+	}
+	names := map[string]string{}
+	for i, m := range machineOf {
+		if m == "" || count[m] < 2 {
+			continue
+		}
+		if names[m] == "" {
+			names[m] = hosts[i].Name
+		}
+		hosts[i].Machine = names[m]
+	}
 }
 
 // fromTopology takes the topology file's network down to the hosts of this

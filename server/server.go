@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -366,7 +365,7 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
 		return nil, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
 	}
 	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined,
-		machine: strings.Join(h.MACs, ",") + "@" + host}
+		machine: machineKey(h.MACs, host)}
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
 	s.printRoll("joined", n)
