@@ -2,7 +2,7 @@
 GO  ?= go
 BIN ?= bin
 
-.PHONY: all build test demo bench-relay clean
+.PHONY: all build test demo bench bench-quick bench-relay clean
 
 all: build
 
@@ -18,6 +18,14 @@ test:
 ## demo: cast a sample ext4 image to 24 local nodes and verify every target
 demo: build
 	$(GO) run ./internal/demo -bin $(BIN)
+
+## bench: the emulated-lab matrix, dolly against udpcast and nc (root, ~30 min)
+bench: build
+	$(GO) run ./internal/labbench -bin $(BIN) -out bench/out
+
+## bench-quick: the lab subset CI can afford (root, ~5 min)
+bench-quick: build
+	$(GO) run ./internal/labbench -bin $(BIN) -out bench/out -quick
 
 ## bench-relay: CPU per GB of a relay node, dolly against nc | tee | nc
 bench-relay: build

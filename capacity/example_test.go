@@ -40,9 +40,9 @@ func ExampleRank() {
 	// Output:
 	// plan    compression  MB/s   ETA    bottleneck
 	// chain   zstd         150.0  1m47s  disk of pc01, pc02 and 6 more
-	// 2-tree  zstd         125.0  2m9s   links server→switch, pc01→switch and 2 more, each shared by 2 channels
-	// chain   none         125.0  2m9s   links server→switch, pc01→switch and 14 more (1 channel each)
-	// 3-tree  zstd         83.3   3m13s  links server→switch and pc01→switch, each shared by 3 channels
+	// 2-tree  zstd         125.0  2m8s   links server→switch, pc01→switch and 2 more, each shared by 2 channels
+	// chain   none         125.0  2m8s   links server→switch, pc01→switch and 14 more (1 channel each)
+	// 3-tree  zstd         83.3   3m12s  links server→switch and pc01→switch, each shared by 3 channels
 	// server → pc01 → pc02 → pc03 → pc04 → pc05 → pc06 → pc07 → pc08
 }
 

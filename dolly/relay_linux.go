@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -16,10 +17,12 @@ import (
 //	                             └──splice (move)──▶ local pipe ──read──▶ node
 //
 // tee(2) always copies from the head of the pipe, so a partial tee cannot be
-// resumed. Each child pipe is therefore teed into only when its goroutine
-// has emptied it (a round-trip on the child's channel), and every pipe has
-// the capacity of the inbound pipe, so a tee takes the whole round. Should
-// the kernel still tee short, the rest reaches that child from user space.
+// resumed: a child pipe must have room for a whole round. A round fills at
+// most the inbound pipe's slots, and a child pipe has several times as many,
+// so a child may fall a few rounds behind (its tokens say how many) before
+// the relay waits for it. That slack keeps children that share a link from
+// stalling each other. Should the kernel still tee short, the rest reaches
+// that child from user space.
 
 func canSplice(up net.Conn, children []net.Conn) bool {
 	if _, ok := up.(*net.TCPConn); !ok {
@@ -73,12 +76,19 @@ type spliceChild struct {
 	rc   syscall.RawConn
 	pipe rawPipe
 	jobs chan childJob
-	acks chan struct{}
-	dead bool // set by the child goroutine; read by the relay after an ack
+	// tokens holds one token per round the child may have queued; the
+	// relay takes one to tee, the child returns it when the round is sent.
+	tokens chan struct{}
+	slack  int
+	dead   atomic.Bool // set by the child goroutine once its socket fails
 }
 
+// inPipeSize is the inbound pipe's capacity: what one round moves at most.
+// Child pipes get pipeSize, four times as much.
+const inPipeSize = pipeSize / 4
+
 func (r *Relay) runSplice() (err error) {
-	in, inSize, err := newRawPipe(pipeSize)
+	in, inSize, err := newRawPipe(inPipeSize)
 	if err != nil {
 		return err
 	}
@@ -100,9 +110,9 @@ func (r *Relay) runSplice() (err error) {
 			}
 		}
 	}()
-	smallest := inSize
+	smallest := pipeSize
 	for _, c := range r.children {
-		p, size, err := newRawPipe(inSize)
+		p, size, err := newRawPipe(pipeSize)
 		if err != nil {
 			return err
 		}
@@ -113,15 +123,22 @@ func (r *Relay) runSplice() (err error) {
 			return err
 		}
 		smallest = min(smallest, size)
-		ch := &spliceChild{conn: tc, rc: rc, pipe: p, jobs: make(chan childJob, 1), acks: make(chan struct{}, 1)}
-		ch.acks <- struct{}{}
-		children = append(children, ch)
+		children = append(children, &spliceChild{conn: tc, rc: rc, pipe: p})
 	}
 	if smallest < inSize {
-		// A child pipe with fewer slots than the inbound pipe could make
-		// tee short: shrink the inbound pipe to match.
+		// Child pipes smaller than the inbound pipe (a user's pipe quota
+		// reached) could make tee short: shrink the inbound pipe to match.
 		if got, err := unix.FcntlInt(uintptr(in.w), unix.F_SETPIPE_SZ, smallest); err == nil {
 			inSize = got
+		}
+	}
+	slack := max(smallest/inSize-1, 1)
+	for _, ch := range children {
+		ch.slack = slack
+		ch.jobs = make(chan childJob, slack)
+		ch.tokens = make(chan struct{}, slack)
+		for range slack {
+			ch.tokens <- struct{}{}
 		}
 	}
 	done := make(chan struct{})
@@ -153,17 +170,18 @@ func (r *Relay) runSplice() (err error) {
 		}
 		if n == 0 {
 			for _, ch := range children {
-				<-ch.acks // let the last round finish before the defer closes
-				ch.acks <- struct{}{}
+				for range ch.slack { // every round sent before the defer closes
+					<-ch.tokens
+				}
 			}
 			return nil
 		}
 		var short []int // children that got only part of the round
 		teed := make([]int, len(children))
 		for i, ch := range children {
-			<-ch.acks
-			if ch.dead {
-				ch.acks <- struct{}{}
+			<-ch.tokens
+			if ch.dead.Load() {
+				ch.tokens <- struct{}{}
 				teed[i] = -1
 				continue
 			}
@@ -212,20 +230,20 @@ func (r *Relay) runSplice() (err error) {
 func (r *Relay) runChild(i int, ch *spliceChild, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	for job := range ch.jobs {
-		if !ch.dead {
+		if !ch.dead.Load() {
 			err := spliceOut(ch.rc, ch.pipe.r, job.n)
 			if err == nil && len(job.extra) > 0 {
 				_, err = ch.conn.Write(job.extra)
 			}
 			if err != nil {
-				ch.dead = true
 				r.setChildErr(i, fmt.Errorf("sending to child: %w", err))
+				ch.dead.Store(true)
 			}
 		}
-		if ch.dead {
+		if ch.dead.Load() {
 			drain(ch.pipe.r)
 		}
-		ch.acks <- struct{}{}
+		ch.tokens <- struct{}{}
 	}
 }
 

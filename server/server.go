@@ -85,6 +85,7 @@ type Summary struct {
 	Image    string
 	Size     int64
 	Digest   imaging.Digest
+	Plan     Choice // what ran and what the model predicted of it
 	Nodes    []NodeSummary
 	Elapsed  time.Duration
 	Verified int
@@ -197,6 +198,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		return s.summary(sum), err
 	}
 	choice := s.choose(ctx, ready)
+	sum.Plan = choice
 	plan := s.bind(choice, ready)
 	printPreview(s.cfg.Out, choice)
 	s.printPlan(plan, choice)

@@ -78,6 +78,7 @@ func run() int {
 	yes := fs.BoolP("yes", "y", false, "do not ask before overwriting the targets")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the nodes have not joined within this time (0: wait)")
 	progressEvery := fs.Duration("progress-interval", 5*time.Second, "interval of progress lines when not on a terminal")
+	report := fs.String("report", "", "write a JSON record of the cast (plan, prediction, each node's time) to this file")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	fs.Usage = func() {
@@ -183,7 +184,13 @@ func run() int {
 		}
 		cfg.MaxRate = r
 	}
-	if _, err := server.Run(ctx, cfg); err != nil {
+	sum, err := server.Run(ctx, cfg)
+	if *report != "" && sum.Image != "" {
+		if werr := server.WriteReport(*report, sum); werr != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", werr)
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return 1
 	}

@@ -1,0 +1,165 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/internal/testimage"
+	"dolly/server"
+)
+
+func requireLab(t *testing.T) {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("skipped: the emulated lab %v", err)
+	}
+}
+
+// buildBinaries builds dolly and dolly-server into a temporary directory.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir, "dolly/dolly/cmd/dolly", "dolly/server/cmd/dolly-server").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func TestLabIsIsolatedAndCleansUp(t *testing.T) {
+	requireLab(t)
+	ctx := t.Context()
+	l, err := New(ctx, Spec{Server: HostSpec{Name: "srv", Mbit: 100}, Nodes: []HostSpec{{Name: "n1", Mbit: 100}}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range append([]*Host{l.Server}, l.Nodes...) {
+		if !subnet.Contains(h.IP) {
+			t.Errorf("%s has %v, outside %v", h.Name, h.IP, subnet)
+		}
+		// No default route: nothing but the lab's own addresses is reachable.
+		out, err := l.Command(ctx, h, "ip", "-4", "route", "show", "default").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Errorf("%s: default route %q (%v)", h.Name, out, err)
+		}
+		out, err = l.Command(ctx, h, "tc", "class", "show", "dev", "eth0").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "rate 100Mbit") {
+			t.Errorf("%s: eth0 is not shaped: %s (%v)", h.Name, out, err)
+		}
+	}
+	names := []string{l.Server.NS, l.Nodes[0].NS, l.swNS}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, ns := range names {
+		if strings.Contains(string(out), ns) {
+			t.Errorf("namespace %s is still there after Close", ns)
+		}
+	}
+}
+
+// TestChainOverShapedLinks casts to a 4-node chain over 100 Mbit/s links,
+// onto loop devices full of old data, and checks every target byte for
+// byte and that the links really held the rate down.
+func TestChainOverShapedLinks(t *testing.T) {
+	requireLab(t)
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const nodes, mbit = 4, 100.0
+	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
+	for i := range nodes {
+		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
+	}
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	img := filepath.Join(dir, "nt.img")
+	const size = 48 << 20
+	if err := testimage.Write(img, size, 17, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := testimage.SHA256(img, -1)
+	report := filepath.Join(dir, "report.json")
+	addr := l.Server.IP.String() + ":9700"
+	srv := l.Command(ctx, l.Server, filepath.Join(bin, "dolly-server"), "-image", img, "-chain", "-nodes", fmt.Sprint(nodes),
+		"-yes", "-listen", addr, "-report", report, "-progress-interval", "2s")
+	srvOut, _ := os.Create(filepath.Join(dir, "server.log"))
+	defer srvOut.Close()
+	srv.Stdout, srv.Stderr = srvOut, srvOut
+	if err := l.Start(srv); err != nil {
+		t.Fatal(err)
+	}
+	var disks []string
+	var procs []*exec.Cmd
+	for _, h := range l.Nodes {
+		disk, err := l.Disk(ctx, h.Name, size+(1<<20), 0xFF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disks = append(disks, disk)
+		n := l.Command(ctx, h, filepath.Join(bin, "dolly"), "-server", addr, "-target", disk, "-name", h.Name, "-join-timeout", "60s")
+		logf, _ := os.Create(filepath.Join(dir, h.Name+".log"))
+		defer logf.Close()
+		n.Stdout, n.Stderr = logf, logf
+		if err := l.Start(n); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, n)
+	}
+	for i, p := range procs {
+		if err := p.Wait(); err != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, l.Nodes[i].Name+".log"))
+			slog, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			t.Fatalf("node %s: %v\n%s\nserver:\n%s", l.Nodes[i].Name, err, log, slog)
+		}
+	}
+	if err := srv.Wait(); err != nil {
+		slog, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		t.Fatalf("dolly-server: %v\n%s", err, slog)
+	}
+	for i, d := range disks {
+		if got, err := testimage.SHA256(d, size); err != nil || got != want {
+			t.Errorf("%s on %s: sha256 %.12s (%v), image %.12s", l.Nodes[i].Name, d, got, err, want)
+		}
+	}
+	var r server.Report
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verified != nodes || r.Plan.Topology != "chain" {
+		t.Fatalf("report: %d verified, plan %+v", r.Verified, r.Plan)
+	}
+	// Dense data crosses every 100 Mbit/s link whole: no node can beat
+	// 12.5 MB/s, and a working chain comes close to it.
+	for _, n := range r.Nodes {
+		if n.MBps > mbit/8 || n.MBps < mbit/8*0.7 {
+			t.Errorf("%s: %.2f MB/s over a %v Mbit/s link", n.Name, n.MBps, mbit)
+		}
+	}
+	t.Logf("chain of %d over %v Mbit/s: %s", nodes, mbit, describeRates(r))
+}
+
+func describeRates(r server.Report) string {
+	s := ""
+	for _, n := range r.Nodes {
+		s += fmt.Sprintf("%s %.2f MB/s; ", n.Name, n.MBps)
+	}
+	return s + fmt.Sprintf("predicted %.2f MB/s", r.Plan.PredictedMBps)
+}

@@ -1,0 +1,187 @@
+// Command labbench is `make bench` and `make bench-quick`: it casts a
+// realistic image to hosts of an emulated lab (network namespaces on a
+// bridge, links shaped with tc) with dolly along every topology, and with
+// udpcast and an `nc | tee | nc` chain on the same lab and image, and
+// writes the measurements next to the capacity model's predictions:
+// bench/out/*.csv, results.md and PNG plots.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"dolly/internal/lab"
+	"dolly/internal/sampleimage"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "labbench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// options of one bench session.
+type options struct {
+	bin   string // dolly and dolly-server
+	out   string // bench/out
+	work  string // images, disks, logs
+	quick bool
+}
+
+func run() error {
+	var o options
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding dolly and dolly-server")
+	flag.StringVar(&o.out, "out", "bench/out", "directory for results")
+	flag.StringVar(&o.work, "work", "", "directory for images, disks and logs (default: a temporary one)")
+	flag.BoolVar(&o.quick, "quick", false, "the quick subset (about 5 minutes) instead of the full matrix (about 30)")
+	only := flag.String("only", "", "run only the runs whose description contains this, e.g. \"2-tree\"")
+	flag.Parse()
+	if err := lab.Available(); err != nil {
+		return fmt.Errorf("the emulated lab %v: run as root on Linux with iproute2", err)
+	}
+	for _, prog := range []string{"udp-sender", "udp-receiver", "nc", "mkfs.ext4", "zstd"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("needs %s: apt-get install udpcast netcat-openbsd e2fsprogs zstd", prog)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.work == "" {
+		dir, err := os.MkdirTemp("", "dolly-labbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.work = dir
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	plan := fullPlan()
+	if o.quick {
+		plan = quickPlan()
+	}
+	if *only != "" {
+		plan = slices.DeleteFunc(plan, func(r runSpec) bool { return !strings.Contains(r.String(), *only) })
+		if len(plan) == 0 {
+			return fmt.Errorf("no run matches -only %q", *only)
+		}
+	}
+	images, err := makeImages(ctx, o.work, plan.images())
+	if err != nil {
+		return err
+	}
+	var results []result
+	for _, group := range plan.groups() {
+		rs, err := runGroup(ctx, o, group, images)
+		results = append(results, rs...)
+		if err != nil {
+			writeOutputs(o, results, start)
+			return err
+		}
+	}
+	return writeOutputs(o, results, start)
+}
+
+// image is one test image, raw and compressed.
+type image struct {
+	name    string
+	raw     string
+	zst     string
+	size    int64
+	zstSize int64
+}
+
+// makeImages builds the sample ext4 images the plan needs.
+func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Spec) (map[string]image, error) {
+	out := map[string]image{}
+	for name, spec := range specs {
+		img := image{name: name, raw: filepath.Join(dir, name+".img"), size: spec.Size}
+		fmt.Printf("labbench: building the %s image (%d MiB ext4 with %d MiB of files)…\n", name, spec.Size>>20, spec.Files>>20)
+		if err := sampleimage.Build(ctx, img.raw, spec); err != nil {
+			return nil, err
+		}
+		img.zst = img.raw + ".zst"
+		if out, err := exec.CommandContext(ctx, "zstd", "-q", "-f", "-3", "-T0", img.raw, "-o", img.zst).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("zstd: %v: %s", err, out)
+		}
+		st, err := os.Stat(img.zst)
+		if err != nil {
+			return nil, err
+		}
+		img.zstSize = st.Size()
+		out[name] = img
+	}
+	return out, nil
+}
+
+// runGroup builds one lab for a group of runs and runs them in turn.
+func runGroup(ctx context.Context, o options, g group, images map[string]image) ([]result, error) {
+	spec := lab.Spec{Server: lab.HostSpec{Name: "srv", Mbit: g.mbit}, Dir: o.work}
+	for i := range g.maxNodes {
+		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: g.mbit})
+	}
+	fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links\n", g.maxNodes, g.mbit)
+	l, err := lab.New(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	topo, err := l.Topology(spec)
+	if err != nil {
+		return nil, err
+	}
+	topoFile := filepath.Join(o.work, fmt.Sprintf("lab-%vmbit.json", g.mbit))
+	if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
+		return nil, err
+	}
+	var disks []string
+	var largest int64
+	for _, r := range g.runs {
+		largest = max(largest, images[r.image].size)
+	}
+	for _, h := range l.Nodes {
+		d, err := l.Disk(ctx, h.Name, largest, 0)
+		if err != nil {
+			return nil, err
+		}
+		disks = append(disks, d)
+	}
+	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
+	var results []result
+	for _, r := range g.runs {
+		if err := ctx.Err(); err != nil {
+			return results, err
+		}
+		res := env.run(ctx, r, images[r.image])
+		results = append(results, res)
+		fmt.Println("  " + res.line())
+		if len(res.perNode) > 1 {
+			fmt.Printf("      per node:%s\n", perNodeLine(res.perNode))
+		}
+		if res.err != "" && errors.Is(ctx.Err(), context.Canceled) {
+			return results, ctx.Err()
+		}
+	}
+	return results, nil
+}
+
+func perNodeLine(rates []float64) string {
+	var b strings.Builder
+	for _, r := range rates {
+		fmt.Fprintf(&b, " %.2f", r)
+	}
+	return b.String()
+}

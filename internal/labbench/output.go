@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// writeOutputs writes the CSV, the Markdown tables and the plots, and
+// prints the checks of the acceptance criteria.
+func writeOutputs(o options, results []result, start time.Time) error {
+	name := "results"
+	if o.quick {
+		name = "quick"
+	}
+	if err := writeCSV(filepath.Join(o.out, name+".csv"), results); err != nil {
+		return err
+	}
+	checks := acceptance(results)
+	md := markdown(results, checks, time.Since(start), o.quick)
+	if err := os.WriteFile(filepath.Join(o.out, name+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	for _, mbit := range []float64{100, 1000} {
+		if err := plotPerNode(filepath.Join(o.out, fmt.Sprintf("%s-per-node-%vmbit.png", name, mbit)), results, mbit); err != nil {
+			return err
+		}
+	}
+	if err := plotPrediction(filepath.Join(o.out, name+"-predicted-vs-measured.png"), results); err != nil {
+		return err
+	}
+	fmt.Println()
+	for _, c := range checks {
+		fmt.Println(c)
+	}
+	fmt.Printf("labbench: wrote %s/%s.csv, %s.md and plots in %s\n", o.out, name, name, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func writeCSV(path string, results []result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"method", "topology", "fanout", "compression", "nodes", "link_mbit", "predicted_mbps", "measured_mbps"})
+	for _, r := range results {
+		if r.err != "" {
+			continue
+		}
+		pred := ""
+		if r.predicted > 0 {
+			pred = strconv.FormatFloat(r.predicted, 'f', 2, 64)
+		}
+		w.Write([]string{r.method, r.topology, strconv.Itoa(r.fanout), r.compression, strconv.Itoa(r.nodes),
+			strconv.FormatFloat(r.mbit, 'f', -1, 64), pred, strconv.FormatFloat(r.measured, 'f', 2, 64)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func shapeName(r runSpec) string {
+	switch r.topology {
+	case "tree":
+		return fmt.Sprintf("%d-tree", r.fanout)
+	case "star":
+		return "star"
+	}
+	return r.topology
+}
+
+// series names the line a result belongs to in the plots.
+func series(r runSpec) string {
+	if r.method != "dolly" {
+		return r.method
+	}
+	s := "dolly " + shapeName(r)
+	if r.compression != "none" {
+		s += " " + r.compression
+	}
+	return s
+}
+
+func markdown(results []result, checks []string, took time.Duration, quick bool) string {
+	var b strings.Builder
+	title := "full matrix"
+	if quick {
+		title = "quick subset"
+	}
+	fmt.Fprintf(&b, "# dolly lab benchmark (%s)\n\n", title)
+	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. Took %s.\n\n", cores(), took.Round(time.Second))
+	headline := filterResults(results, func(r result) bool { return r.image == "headline" })
+	if len(headline) > 0 {
+		fmt.Fprintf(&b, "## Headline: %d nodes, %v Mbit/s, %s image\n\n", headline[0].nodes, headline[0].mbit, imageLabel(headline[0].image))
+		b.WriteString("| method | time | MB/s per node |\n|---|---|---|\n")
+		for _, r := range headline {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", series(r.runSpec), cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)))
+		}
+		b.WriteString("\n")
+	}
+	for _, mbit := range []float64{100, 1000} {
+		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && r.image != "headline" })
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "## %v Mbit/s links (%s image)\n\n", mbit, imageLabel(rows[0].image))
+		b.WriteString("| method | nodes | time | measured MB/s | predicted MB/s | error | b MB/s | bottleneck |\n|---|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			pred, errPct, rate := "", "", ""
+			if r.predicted > 0 && r.err == "" {
+				pred, errPct, rate = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent()), fmt.Sprintf("%.2f", r.rate)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", series(r.runSpec), r.nodes,
+				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("## Checks\n\n")
+	for _, c := range checks {
+		fmt.Fprintf(&b, "- %s\n", c)
+	}
+	return b.String()
+}
+
+func cell(r result, s string) string {
+	if r.err != "" {
+		return "failed: " + r.err
+	}
+	return s
+}
+
+func imageLabel(name string) string {
+	s := imageSpecs[name]
+	return fmt.Sprintf("%d MiB ext4 holding %d MiB of files", s.Size>>20, s.Files>>20)
+}
+
+func cores() int { return runtime.NumCPU() }
+
+func filterResults(rs []result, keep func(result) bool) []result {
+	var out []result
+	for _, r := range rs {
+		if keep(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// acceptance states the benchmark's goals and whether this run met them.
+func acceptance(results []result) []string {
+	var out []string
+	verdict := func(ok bool) string {
+		if ok {
+			return "PASS"
+		}
+		return "MISS"
+	}
+	worst, worstRun := 0.0, ""
+	for _, r := range results {
+		if r.method == "dolly" && r.err == "" && r.predicted > 0 && math.Abs(r.errorPercent()) > math.Abs(worst) {
+			worst, worstRun = r.errorPercent(), r.runSpec.String()
+		}
+	}
+	out = append(out, fmt.Sprintf("%s prediction within 10%% for every dolly run: worst %+.1f%% (%s)", verdict(math.Abs(worst) <= 10), worst, worstRun))
+	for _, mbit := range []float64{100, 1000} {
+		chains := filterResults(results, func(r result) bool {
+			return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == "matrix" && r.err == ""
+		})
+		if len(chains) < 2 {
+			continue
+		}
+		slices.SortFunc(chains, func(a, b result) int { return a.nodes - b.nodes })
+		one, most := chains[0], chains[len(chains)-1]
+		ratio := most.measured / one.measured
+		out = append(out, fmt.Sprintf("%s raw chain at %d nodes keeps %.1f%% of its %d-node rate at %v Mbit/s (goal: 95%%)",
+			verdict(ratio >= 0.95), most.nodes, ratio*100, one.nodes, mbit))
+	}
+	for _, peer := range []string{"udpcast", "nc-chain"} {
+		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
+			for _, d := range filterResults(results, func(r result) bool {
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.image == p.image && r.err == ""
+			}) {
+				out = append(out, fmt.Sprintf("%s dolly chain %.2f MB/s per node against %s %.2f at %d nodes, %v Mbit/s, %s image",
+					verdict(d.measured >= p.measured), d.measured, peer, p.measured, p.nodes, p.mbit, p.image))
+			}
+		}
+	}
+	return out
+}
+
+// plotPerNode draws MB/s per node against the node count, a line per method.
+func plotPerNode(path string, results []result, mbit float64) error {
+	rows := filterResults(results, func(r result) bool { return r.mbit == mbit && r.image == "matrix" && r.err == "" })
+	if len(rows) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("MB/s per node against nodes, %v Mbit/s links", mbit)
+	p.X.Label.Text = "nodes"
+	p.Y.Label.Text = "MB/s of image per node (log scale)"
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	var names []string
+	lines := map[string]plotter.XYs{}
+	for _, r := range rows {
+		s := series(r.runSpec)
+		if _, ok := lines[s]; !ok {
+			names = append(names, s)
+		}
+		lines[s] = append(lines[s], plotter.XY{X: float64(r.nodes), Y: r.measured})
+	}
+	var args []any
+	for _, n := range names {
+		xy := lines[n]
+		slices.SortFunc(xy, func(a, b plotter.XY) int { return int(a.X - b.X) })
+		args = append(args, n, xy)
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+// plotPrediction draws predicted against measured MB/s for dolly's runs.
+func plotPrediction(path string, results []result) error {
+	var pts plotter.XYs
+	lo, hi := math.Inf(1), 1.0
+	for _, r := range results {
+		if r.method == "dolly" && r.err == "" && r.predicted > 0 {
+			pts = append(pts, plotter.XY{X: r.measured, Y: r.predicted})
+			lo, hi = min(lo, r.measured, r.predicted), max(hi, r.measured, r.predicted)
+		}
+	}
+	if len(pts) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = "capacity model: predicted against measured (dolly)"
+	p.X.Label.Text = "measured MB/s (log scale)"
+	p.Y.Label.Text = "predicted MB/s (log scale)"
+	s, err := plotter.NewScatter(pts)
+	if err != nil {
+		return err
+	}
+	ideal := plotter.NewFunction(func(x float64) float64 { return x })
+	ideal.Color = color.Gray{128}
+	band := func(f float64) *plotter.Function {
+		fn := plotter.NewFunction(func(x float64) float64 { return x * f })
+		fn.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+		fn.Color = color.Gray{180}
+		return fn
+	}
+	p.Add(s, ideal, band(1.1), band(0.9))
+	p.Legend.Add("runs", s)
+	p.Legend.Add("equal", ideal)
+	p.Legend.Add("±10%", band(1.1))
+	p.Legend.Top, p.Legend.Left = true, true
+	p.X.Min, p.Y.Min, p.X.Max, p.Y.Max = lo/1.2, lo/1.2, hi*1.2, hi*1.2
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	return p.Save(6*vg.Inch, 6*vg.Inch, path)
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"dolly/internal/sampleimage"
+)
+
+// runSpec is one measurement.
+type runSpec struct {
+	method      string // dolly, udpcast, nc-chain
+	topology    string // chain, tree, star; multicast for udpcast
+	fanout      int
+	compression string // none or zstd
+	nodes       int
+	mbit        float64
+	image       string // which image
+}
+
+func (r runSpec) String() string {
+	shape := r.topology
+	if r.topology == "tree" {
+		shape = fmt.Sprintf("%d-tree", r.fanout)
+	}
+	return fmt.Sprintf("%-8s %-9s %-4s %2d nodes %5v Mbit/s (%s image)", r.method, shape, r.compression, r.nodes, r.mbit, r.image)
+}
+
+// The images: matrix runs use a small one so that slow topologies (a star
+// of 24 over Fast Ethernet) stay within the time budget; the headline
+// comparison uses 1 GiB.
+var imageSpecs = map[string]sampleimage.Spec{
+	"matrix":   {Size: 256 << 20, Files: 96 << 20},
+	"headline": {Size: 1 << 30, Files: 360 << 20},
+}
+
+type benchPlan []runSpec
+
+// group is the runs that share one lab: one link speed, up to maxNodes.
+type group struct {
+	mbit     float64
+	maxNodes int
+	runs     []runSpec
+}
+
+func (p benchPlan) groups() []group {
+	var gs []group
+	for _, r := range p {
+		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit })
+		if i < 0 {
+			gs = append(gs, group{mbit: r.mbit})
+			i = len(gs) - 1
+		}
+		gs[i].runs = append(gs[i].runs, r)
+		gs[i].maxNodes = max(gs[i].maxNodes, r.nodes)
+	}
+	return gs
+}
+
+func (p benchPlan) images() map[string]sampleimage.Spec {
+	out := map[string]sampleimage.Spec{}
+	for _, r := range p {
+		out[r.image] = imageSpecs[r.image]
+	}
+	return out
+}
+
+// dollyShapes are the topologies of the matrix.
+var dollyShapes = []struct {
+	topology string
+	fanout   int
+}{{"chain", 1}, {"tree", 2}, {"tree", 3}, {"star", 0}}
+
+// matrix is every dolly topology and both forms, plus the peers, at each
+// node count. With one node every shape is the same chain.
+func matrix(mbit float64, counts []int) benchPlan {
+	var p benchPlan
+	for _, n := range counts {
+		for _, comp := range []string{"none", "zstd"} {
+			for _, s := range dollyShapes {
+				if n == 1 && s.topology != "chain" {
+					continue
+				}
+				fanout := s.fanout
+				if s.topology == "star" {
+					fanout = n
+				}
+				p = append(p, runSpec{method: "dolly", topology: s.topology, fanout: fanout, compression: comp, nodes: n, mbit: mbit, image: "matrix"})
+			}
+		}
+		p = append(p,
+			runSpec{method: "udpcast", topology: "multicast", compression: "none", nodes: n, mbit: mbit, image: "matrix"},
+			runSpec{method: "nc-chain", topology: "chain", fanout: 1, compression: "none", nodes: n, mbit: mbit, image: "matrix"})
+	}
+	return p
+}
+
+// fullPlan is `make bench`: Fast Ethernet up to 24 nodes, Gigabit up to 8,
+// and the headline comparison of 24 nodes on a 1 GiB image.
+func fullPlan() benchPlan {
+	p := matrix(100, []int{1, 4, 12, 24})
+	for _, r := range []runSpec{
+		{method: "dolly", topology: "chain", fanout: 1, compression: "none"},
+		{method: "dolly", topology: "chain", fanout: 1, compression: "zstd"},
+		{method: "udpcast", topology: "multicast", compression: "none"},
+		{method: "nc-chain", topology: "chain", fanout: 1, compression: "none"},
+	} {
+		r.nodes, r.mbit, r.image = 24, 100, "headline"
+		p = append(p, r)
+	}
+	return append(p, matrix(1000, []int{1, 4, 8})...)
+}
+
+// quickPlan is `make bench-quick`, the subset CI can afford.
+func quickPlan() benchPlan {
+	d := func(topology string, fanout int, comp string, n int) runSpec {
+		return runSpec{method: "dolly", topology: topology, fanout: fanout, compression: comp, nodes: n, mbit: 100, image: "matrix"}
+	}
+	return benchPlan{
+		d("chain", 1, "none", 1),
+		d("chain", 1, "none", 8),
+		d("tree", 2, "none", 4),
+		d("star", 4, "none", 4),
+		d("chain", 1, "none", 4),
+		d("chain", 1, "zstd", 4),
+		{method: "udpcast", topology: "multicast", compression: "none", nodes: 8, mbit: 100, image: "matrix"},
+	}
+}

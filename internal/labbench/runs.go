@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"dolly/internal/lab"
+	"dolly/internal/testimage"
+	"dolly/server"
+)
+
+// result is one measurement.
+type result struct {
+	runSpec
+	predicted  float64   // MB/s: image bytes over the preview's ETA (dolly only)
+	rate       float64   // MB/s: the preview's steady rate b
+	measured   float64   // MB/s of image at the slowest node
+	seconds    float64   // the slowest node's time
+	perNode    []float64 // MB/s of each node
+	bottleneck string
+	err        string
+}
+
+func (r result) line() string {
+	if r.err != "" {
+		return fmt.Sprintf("%s  FAILED: %s", r.runSpec, r.err)
+	}
+	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs)", r.runSpec, r.measured, r.seconds)
+	if r.predicted > 0 {
+		s += fmt.Sprintf("  predicted %6.2f (%+.1f%%)", r.predicted, r.errorPercent())
+	}
+	return s
+}
+
+// errorPercent is how far the prediction is from the measurement.
+func (r result) errorPercent() float64 {
+	if r.measured <= 0 {
+		return 0
+	}
+	return (r.predicted - r.measured) / r.measured * 100
+}
+
+// labEnv is a running lab with its disks, shared by a group of runs.
+type labEnv struct {
+	lab      *lab.Lab
+	opts     options
+	topology string
+	disks    []string
+	runs     int
+}
+
+// runTimeout bounds one run; the slowest planned runs take a few minutes.
+const runTimeout = 15 * time.Minute
+
+func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	e.runs++
+	logDir := filepath.Join(e.opts.work, fmt.Sprintf("run%03d-%s", e.runs, r.method))
+	os.MkdirAll(logDir, 0o755)
+	var res result
+	var err error
+	switch r.method {
+	case "dolly":
+		res, err = e.dolly(ctx, r, img, logDir)
+	case "udpcast":
+		res, err = e.udpcast(ctx, r, img, logDir)
+	case "nc-chain":
+		res, err = e.ncChain(ctx, r, img, logDir)
+	default:
+		err = fmt.Errorf("unknown method %q", r.method)
+	}
+	res.runSpec = r
+	if err != nil {
+		res.err = err.Error()
+	}
+	return res
+}
+
+// proc is a started lab process with its log.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	end  time.Time
+	err  error
+}
+
+func (e *labEnv) start(ctx context.Context, h *lab.Host, log string, name string, args ...string) (*proc, error) {
+	cmd := e.lab.Command(ctx, h, name, args...)
+	f, err := os.Create(log)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	p := &proc{cmd: cmd, log: log, done: make(chan struct{})}
+	if err := e.lab.Start(cmd); err != nil {
+		f.Close()
+		return nil, err
+	}
+	go func() {
+		p.err = cmd.Wait()
+		p.end = time.Now()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) wait() error {
+	<-p.done
+	if p.err != nil {
+		b, _ := os.ReadFile(p.log)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return fmt.Errorf("%v: %s", p.err, lines[len(lines)-1])
+	}
+	return nil
+}
+
+// dolly casts with dolly-server and dolly, and takes the plan's prediction
+// and every node's time from the server's report.
+func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string) (result, error) {
+	var res result
+	addr := e.lab.Server.IP.String() + ":9700"
+	report := filepath.Join(logDir, "report.json")
+	args := []string{"-nodes", fmt.Sprint(r.nodes), "-yes", "-listen", addr, "-topology", e.topology,
+		"-report", report, "-progress-interval", "30s"}
+	if r.compression == "zstd" {
+		args = append(args, "-image", img.zst, "-compress", "yes")
+	} else {
+		args = append(args, "-image", img.raw, "-compress", "no")
+	}
+	switch r.topology {
+	case "chain":
+		args = append(args, "-chain")
+	case "tree":
+		args = append(args, "-tree", fmt.Sprint(r.fanout))
+	case "star":
+		args = append(args, "-star")
+	}
+	srv, err := e.start(ctx, e.lab.Server, filepath.Join(logDir, "server.log"), filepath.Join(e.opts.bin, "dolly-server"), args...)
+	if err != nil {
+		return res, err
+	}
+	var nodes []*proc
+	for i, h := range e.lab.Nodes[:r.nodes] {
+		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
+			"-server", addr, "-target", e.disks[i], "-name", h.Name, "-join-timeout", "60s")
+		if err != nil {
+			return res, err
+		}
+		nodes = append(nodes, p)
+	}
+	var errs []error
+	for i, p := range nodes {
+		if err := p.wait(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.lab.Nodes[i].Name, err))
+		}
+	}
+	if err := srv.wait(); err != nil {
+		errs = append(errs, fmt.Errorf("dolly-server: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		return res, err
+	}
+	var rep server.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return res, err
+	}
+	if rep.Verified != r.nodes {
+		return res, fmt.Errorf("%d of %d nodes verified", rep.Verified, r.nodes)
+	}
+	// The preview predicts the rate b and the time of the whole cast (b,
+	// the pipeline fill and the start-up); the time is what a node's
+	// measured rate is made of, so the two compare like with like.
+	if rep.Plan.ETASeconds > 0 {
+		res.predicted = float64(img.size) / rep.Plan.ETASeconds / 1e6
+	}
+	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
+	for _, n := range rep.Nodes {
+		res.perNode = append(res.perNode, n.MBps)
+		res.seconds = max(res.seconds, n.Seconds)
+	}
+	res.measured = float64(img.size) / res.seconds / 1e6
+	return res, e.check(img, r.nodes-1)
+}
+
+// check compares one target (the last node's, the one furthest down the
+// line) with the image, byte for byte, as a check on the bench itself.
+func (e *labEnv) check(img image, node int) error {
+	want, err := testimage.SHA256(img.raw, -1)
+	if err != nil {
+		return err
+	}
+	got, err := testimage.SHA256(e.disks[node], img.size)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("pc%02d's target differs from the image", node+1)
+	}
+	return nil
+}
+
+// ncChain streams the raw image along nc | tee | nc relays: every node
+// listens, tees the stream onto its disk and sends it on.
+func (e *labEnv) ncChain(ctx context.Context, r runSpec, img image, logDir string) (result, error) {
+	var res result
+	const port = "9800"
+	nodes := e.lab.Nodes[:r.nodes]
+	procs := make([]*proc, len(nodes))
+	// The last node first, so every relay finds its successor listening.
+	for i := len(nodes) - 1; i >= 0; i-- {
+		h := nodes[i]
+		script := fmt.Sprintf("nc -l %s %s > %s", h.IP, port, e.disks[i])
+		if i < len(nodes)-1 {
+			script = fmt.Sprintf("nc -l %s %s | tee %s | nc -N %s %s", h.IP, port, e.disks[i], nodes[i+1].IP, port)
+		}
+		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "sh", "-c", script)
+		if err != nil {
+			return res, err
+		}
+		procs[i] = p
+		if err := e.waitListening(ctx, h, port); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	src, err := e.start(ctx, e.lab.Server, filepath.Join(logDir, "source.log"), "sh", "-c",
+		fmt.Sprintf("nc -N %s %s < %s", nodes[0].IP, port, img.raw))
+	if err != nil {
+		return res, err
+	}
+	return e.collect(res, img, start, append(procs, src), len(nodes))
+}
+
+// udpcast sends the raw image by multicast with udp-sender to udp-receivers
+// on every node, at 95% of the link rate (faster only loses packets at the
+// shaper and slows it down).
+func (e *labEnv) udpcast(ctx context.Context, r runSpec, img image, logDir string) (result, error) {
+	var res result
+	nodes := e.lab.Nodes[:r.nodes]
+	procs := make([]*proc, len(nodes))
+	for i, h := range nodes {
+		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "udp-receiver",
+			"--file", e.disks[i], "--interface", "eth0", "--nokbd", "--portbase", "9900")
+		if err != nil {
+			return res, err
+		}
+		procs[i] = p
+	}
+	start := time.Now()
+	src, err := e.start(ctx, e.lab.Server, filepath.Join(logDir, "sender.log"), "udp-sender",
+		"--file", img.raw, "--interface", "eth0", "--nokbd", "--portbase", "9900",
+		"--min-receivers", fmt.Sprint(len(nodes)), "--max-bitrate", fmt.Sprintf("%.0fm", r.mbit*0.95))
+	if err != nil {
+		return res, err
+	}
+	return e.collect(res, img, start, append(procs, src), len(nodes))
+}
+
+// collect waits for the receivers (the first n procs) and the source, and
+// measures each receiver's time from start.
+func (e *labEnv) collect(res result, img image, start time.Time, procs []*proc, n int) (result, error) {
+	var errs []error
+	var mu sync.Mutex
+	for i, p := range procs {
+		if err := p.wait(); err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(p.log), err))
+			mu.Unlock()
+			continue
+		}
+		if i < n {
+			s := p.end.Sub(start).Seconds()
+			res.perNode = append(res.perNode, float64(img.size)/s/1e6)
+			res.seconds = max(res.seconds, s)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	res.measured = float64(img.size) / res.seconds / 1e6
+	return res, e.check(img, n-1)
+}
+
+// waitListening waits until something listens on port in h's namespace,
+// without connecting (nc -l would take the probe for its one connection).
+func (e *labEnv) waitListening(ctx context.Context, h *lab.Host, port string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := e.lab.Command(ctx, h, "ss", "-Hltn", "sport = :"+port).Output()
+		if len(strings.TrimSpace(string(out))) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("nothing listens on %s:%s", h.Name, port)
+}

@@ -1,0 +1,95 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Report is the machine-readable record of a cast (dolly-server -report).
+type Report struct {
+	Image          string       `json:"image"`
+	ImageBytes     int64        `json:"image_bytes"`
+	Digest         string       `json:"digest"`
+	Plan           ReportPlan   `json:"plan"`
+	ElapsedSeconds float64      `json:"elapsed_seconds"`
+	Verified       int          `json:"verified"`
+	Nodes          []ReportNode `json:"nodes"`
+}
+
+// ReportPlan is the plan that ran and the model's prediction for it.
+type ReportPlan struct {
+	Topology      string  `json:"topology"` // chain, tree or star
+	Fanout        int     `json:"fanout"`
+	Compression   string  `json:"compression"` // what travelled: none, zstd or gzip
+	Nodes         int     `json:"nodes"`
+	Modeled       bool    `json:"modeled"`
+	PredictedMBps float64 `json:"predicted_mbps,omitempty"`
+	ETASeconds    float64 `json:"eta_seconds,omitempty"`
+	Bottleneck    string  `json:"bottleneck,omitempty"`
+}
+
+// ReportNode is one node's outcome.
+type ReportNode struct {
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Status   string  `json:"status"`
+	Reason   string  `json:"reason,omitempty"`
+	Seconds  float64 `json:"seconds,omitempty"` // from its assignment to its verdict
+	MBps     float64 `json:"mbps,omitempty"`    // image bytes over those seconds
+	Verified bool    `json:"verified"`
+}
+
+// NewReport turns a summary into a report.
+func NewReport(sum Summary) Report {
+	r := Report{
+		Image:          sum.Image,
+		ImageBytes:     sum.Size,
+		ElapsedSeconds: sum.Elapsed.Seconds(),
+		Verified:       sum.Verified,
+	}
+	if !sum.Digest.IsZero() {
+		r.Digest = sum.Digest.String()
+	}
+	if p := sum.Plan.Result.Plan; p.Hosts != nil {
+		r.Plan = ReportPlan{
+			Topology:    string(p.Tree.Kind),
+			Fanout:      p.Tree.Fanout,
+			Compression: "none",
+			Nodes:       p.Tree.Nodes(),
+			Modeled:     sum.Plan.Modeled,
+		}
+		if p.Tree.Kind == "explicit" {
+			r.Plan.Topology = "tree"
+		}
+		if sum.Plan.Send.Compressed() {
+			r.Plan.Compression = sum.Plan.Send.String()
+		}
+		if sum.Plan.Modeled {
+			r.Plan.PredictedMBps = sum.Plan.Result.Rate / 1e6
+			r.Plan.ETASeconds = sum.Plan.Result.ETA.Seconds()
+			r.Plan.Bottleneck = sum.Plan.Result.Bottleneck
+		}
+	}
+	for _, n := range sum.Nodes {
+		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified}
+		if n.Elapsed > 0 {
+			rn.Seconds = n.Elapsed.Seconds()
+			rn.MBps = float64(sum.Size) / n.Elapsed.Seconds() / 1e6
+		}
+		r.Nodes = append(r.Nodes, rn)
+	}
+	return r
+}
+
+// WriteReport writes the report of a cast as JSON to path.
+func WriteReport(path string, sum Summary) error {
+	b, err := json.MarshalIndent(NewReport(sum), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}
