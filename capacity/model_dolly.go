@@ -28,9 +28,11 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	memory    ((1+o)·w + 2w + w + 2d + d + d [+ w + d + 2 + 1])·b ≤ memory
 //	          NIC DMAs, read copy, CRC, write copy, disk DMA, digest [decoder in/out, gather copy, zero scan]
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write + d/digest
-//	           [+ d/decompress + 1/copy + 1/digest])·b ≤ cores
-//	          where write is the probed write path (disk CPU rate), else the copy rate
-//	decompression, when it cannot spread over cores: d/decompress·b ≤ 1
+//	           [+ 1/decompress + 1/copy + 1/digest])·b ≤ cores
+//	          where write is the probed write path (disk CPU rate), else the copy rate,
+//	          and decompress the decoder's rate in raw bytes of this image (zero
+//	          runs included: they decode fast, but not for free)
+//	decompression, when it cannot spread over cores: b/decompress ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
 	flow := Flow{In: 1, Out: out, Disk: true, Decompress: compressed}
@@ -53,9 +55,9 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 			return err
 		}
 		memory += w + d + 2 + 1
-		cpu += d/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
+		cpu += 1/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
 		if !r.ParallelDecompress {
-			h.add(DecompressLimit, flow, d/rate, 1)
+			h.add(DecompressLimit, flow, 1/rate, 1)
 		}
 	}
 	h.add(DiskLimit, flow, d, r.Disk)
@@ -73,7 +75,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 //	raw as raw:           scan all for zero runs (1 pass), CRC and digest the data (2d passes)
 //	compressed as stored: CRC the frames (w)
 //	raw, compressed here: digest the data (d), compress it (d/compress, spread over cores), CRC (w)
-//	compressed, sent raw: decompress (d/decompress, one stream), scan for zero runs (1), CRC (d)
+//	compressed, sent raw: decompress (1/decompress, one stream), scan for zero runs (1), CRC (d)
 //
 //	disk      s·b ≤ disk read rate
 //	I/O bus   (s + o·w)·b ≤ bus
@@ -105,8 +107,8 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 			return err
 		}
 		passes = 1 + d
-		convert = d / rate
-		h.add(DecompressLimit, flow, d/rate, 1) // one stream decodes on one core
+		convert = 1 / rate
+		h.add(DecompressLimit, flow, 1/rate, 1) // one stream decodes on one core
 	default:
 		if st.Enabled() {
 			passes = w

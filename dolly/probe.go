@@ -195,14 +195,21 @@ func defaultRouteInterface() (string, error) {
 }
 
 // measure runs work repeatedly for about budget and returns bytes/s.
+// The rate is over the process's CPU time, not the clock: a rate per core
+// that other programs on the machine (other nodes probing at the same
+// time, writeback) do not skew.
 func measure(budget time.Duration, work func() int) float64 {
 	var n int64
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for time.Since(start) < budget || n == 0 {
 		n += int64(work())
 	}
+	if spent := processCPU() - cpu0; spent > 0 {
+		return float64(n) / spent.Seconds()
+	}
 	return float64(n) / time.Since(start).Seconds()
 }
+
 
 // fillSample makes data like a filesystem's: half text, half binary, no
 // zero runs (those cost a node nothing), about 2:1 compressible.

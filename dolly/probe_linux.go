@@ -8,7 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
+	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -28,10 +29,35 @@ func alignedBuffer(n int) []byte {
 	return b[off : off+n]
 }
 
-// cpuTime is the CPU this process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+// machineCPU is the CPU time the whole machine has been busy (all cores,
+// kernel threads included), from /proc/stat. The write path's cost lies
+// largely in kernel threads (writeback, a loop device's worker) that no
+// process's own CPU time shows.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	const userHZ = 100 // the unit of /proc/stat on every Linux architecture dolly builds for
+	return time.Duration(busy) * time.Second / userHZ
+}
+
+// processCPU is the CPU time this process has used.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
@@ -85,18 +111,18 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (d
 			return diskProbe{}, fmt.Errorf("reading %s: %w", path, err)
 		}
 		unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
-		t, c := time.Now(), cpuTime()
+		t, c := time.Now(), machineCPU()
 		if _, err := out.WriteAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("writing %s: %w", path, err)
 		}
-		spent, cpu = spent+time.Since(t), cpu+cpuTime()-c
+		spent, cpu = spent+time.Since(t), cpu+machineCPU()-c
 		wrote += probeBlock
 	}
-	t, c := time.Now(), cpuTime()
+	t, c := time.Now(), machineCPU()
 	if err := out.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	spent, cpu = spent+time.Since(t), cpu+cpuTime()-c
+	spent, cpu = spent+time.Since(t), cpu+machineCPU()-c
 	how := fmt.Sprintf("rewrote %s of %s in place", imaging.FormatBytes(wrote), path)
 	if !direct {
 		how += " (cached reads)"
@@ -122,7 +148,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	buf := alignedBuffer(probeBlock)
 	fillSample(buf, 3)
 	var wrote int64
-	start, c := time.Now(), cpuTime()
+	start, c := time.Now(), machineCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
 			return diskProbe{}, err
@@ -132,7 +158,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, cpuTime()-c),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, machineCPU()-c),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", imaging.FormatBytes(wrote), dir)}, nil
 }
 
@@ -181,8 +207,8 @@ func openDirect(path string, flags int) (*os.File, bool, error) {
 
 // probeNetStream measures what one TCP stream costs the CPU: it sends buf
 // repeatedly over loopback to a receiver that splices it away, as a relay
-// does, and counts the process's CPU time. Loopback puts both ends' kernel
-// work on this process, so the time, less one copy into the socket, covers
+// does, and counts the machine's CPU time. Loopback does both ends' kernel
+// work on this machine, so the time, less one copy into the socket, covers
 // two streams (a send and a receive).
 func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -205,7 +231,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	var sent int64
-	start, c0 := time.Now(), cpuTime()
+	start, c0 := time.Now(), machineCPU()
 	for time.Since(start) < budget || sent < 64<<20 {
 		n, err := c.Write(buf)
 		sent += int64(n)
@@ -220,7 +246,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	c.Close()
-	cpu := (cpuTime() - c0).Seconds()
+	cpu := (machineCPU() - c0).Seconds()
 	if copyRate > 0 {
 		cpu -= float64(sent) / copyRate
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
 // Image is an image file (or a block device) opened as the source of a cast.
@@ -22,7 +23,8 @@ type Image struct {
 	Digest Digest
 	// ZeroBytes is how much of a compressed image decodes to zero runs,
 	// known after Scan.
-	ZeroBytes int64
+	ZeroBytes  int64
+	decodeRate float64 // raw bytes per CPU second, measured by Scan
 	f         *os.File
 }
 
@@ -98,31 +100,46 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	d := NewDigester()
 	buf := make([]byte, 1<<20)
 	var zeros int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// Whole buffers keep zero runs aligned to the image, as a node sees them.
-		n, rerr := readFull(dec, buf)
-		eof := rerr == io.EOF
-		if n > 0 {
-			Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
-				if s.Zero {
-					zeros += int64(s.Len)
+	var decodeCPU time.Duration
+	var scanErr error
+	onOneThread(func(cpu func() time.Duration) {
+		for {
+			if scanErr = ctx.Err(); scanErr != nil {
+				return
+			}
+			// Whole buffers keep zero runs aligned to the image, as a
+			// node sees them. The decoder runs in this goroutine, so the
+			// thread's CPU time around it is the decoding's.
+			t := cpu()
+			n, rerr := readFull(dec, buf)
+			decodeCPU += cpu() - t
+			eof := rerr == io.EOF
+			if n > 0 {
+				Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
+					if s.Zero {
+						zeros += int64(s.Len)
+					}
+				})
+				d.Write(buf[:n])
+				if progress != nil {
+					progress(d.Len())
 				}
-			})
-			d.Write(buf[:n])
-			if progress != nil {
-				progress(d.Len())
+			}
+			if eof {
+				return
+			}
+			if rerr != nil {
+				scanErr = fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
+					im.Path, im.Encoding, FormatBytes(cr.n), FormatBytes(im.StreamSize), FormatBytes(d.Len()), rerr)
+				return
 			}
 		}
-		if eof {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
-				im.Path, im.Encoding, FormatBytes(cr.n), FormatBytes(im.StreamSize), FormatBytes(d.Len()), rerr)
-		}
+	})
+	if scanErr != nil {
+		return scanErr
+	}
+	if decodeCPU > 0 {
+		im.decodeRate = float64(d.Len()) / decodeCPU.Seconds()
 	}
 	if d.Len() == 0 {
 		return fmt.Errorf("image %s decodes to nothing", im.Path)

@@ -430,3 +430,30 @@ func TestProfile(t *testing.T) {
 		})
 	}
 }
+
+// countingTarget records the calls a writer makes.
+type countingTarget struct {
+	writes, zeroes int
+	zeroed         int64
+}
+
+func (c *countingTarget) WriteAt(p []byte, off int64) (int, error) { c.writes++; return len(p), nil }
+func (c *countingTarget) ZeroRange(off, n int64) error           { c.zeroes++; c.zeroed += n; return nil }
+
+// A long run of zeros crosses many chunks; it must be zeroed in one call,
+// not one per chunk (each call is a hole punch or BLKZEROOUT).
+func TestSparseWriterCoalescesZeroRuns(t *testing.T) {
+	img := make([]byte, 20<<20)
+	copy(img[5<<20:], bytes.Repeat([]byte{1}, 1000))
+	var c countingTarget
+	w := NewSparseWriter(&c, NewDigester(), int64(len(img)))
+	for p := img; len(p) > 0; p = p[min(len(p), 100_000):] {
+		w.Write(p[:min(len(p), 100_000)])
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c.zeroes != 2 || c.zeroed != int64(len(img))-4096 {
+		t.Fatalf("%d zeroing calls over %d bytes; want 2 over %d", c.zeroes, c.zeroed, len(img)-4096)
+	}
+}

@@ -19,6 +19,8 @@ type SparseWriter struct {
 	off    int64  // image offset of buf[0]
 	buf    []byte // pending bytes, flushed in whole chunks
 	closed bool
+	// A run of zeros not yet zeroed, carried from chunk to chunk.
+	zeroOff, zeroLen int64
 }
 
 // sparseChunk is the unit SparseWriter scans and writes.
@@ -48,7 +50,8 @@ func (s *SparseWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Written is the image offset up to which bytes have reached the target.
+// Written is the image offset up to which bytes have reached the target
+// (or are part of a run of zeros still to be zeroed).
 func (s *SparseWriter) Written() int64 { return s.off }
 
 // Close writes what is left. It fails when the stream ended short of limit.
@@ -66,6 +69,10 @@ func (s *SparseWriter) Close() error {
 	return nil
 }
 
+// maxZeroRange caps one ZeroRange call, so a huge run of zeros still
+// reports progress as it goes.
+const maxZeroRange = 256 << 20
+
 func (s *SparseWriter) flush(eof bool) error {
 	var err error
 	Segments(s.buf, s.off, MinZeroRun, eof, func(seg Segment) {
@@ -73,18 +80,42 @@ func (s *SparseWriter) flush(eof bool) error {
 			return
 		}
 		if seg.Zero {
-			err = s.w.ZeroRange(seg.Off, int64(seg.Len))
+			// Runs continue across chunks: zero them in one call each, as
+			// a raw stream's zero frames do, not a call per chunk.
+			if s.zeroLen == 0 {
+				s.zeroOff = seg.Off
+			}
+			s.zeroLen += int64(seg.Len)
 			s.d.WriteZeros(int64(seg.Len))
+			if s.zeroLen >= maxZeroRange {
+				err = s.flushZeros()
+			}
+			return
+		}
+		if err = s.flushZeros(); err != nil {
 			return
 		}
 		p := s.buf[seg.Off-s.off:][:seg.Len]
 		_, err = s.w.WriteAt(p, seg.Off)
 		s.d.Write(p)
 	})
+	if err == nil && eof {
+		err = s.flushZeros()
+	}
 	if err != nil {
 		return err
 	}
 	s.off += int64(len(s.buf))
 	s.buf = s.buf[:0]
 	return nil
+}
+
+// flushZeros zeroes the pending run of zeros.
+func (s *SparseWriter) flushZeros() error {
+	if s.zeroLen == 0 {
+		return nil
+	}
+	err := s.w.ZeroRange(s.zeroOff, s.zeroLen)
+	s.zeroLen = 0
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -38,6 +39,10 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
 	}
 	net, notes := s.network(ready)
 	opt := Options(s.profile, s.cfg.FrameSize)
+	if f := decodeFactor(s.profile, s.probe.Probe); f != 1 {
+		scaleDecode(&net, opt.Compression.Codec, f)
+		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
+	}
 	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
 	if err == nil && !ch.Modeled {
 		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
@@ -468,4 +473,26 @@ func (s *Server) snapshot(p castPlan) []nodeView {
 		out[i] = v
 	}
 	return out
+}
+
+// decodeFactor is how fast the image decodes against the probes' standard
+// sample, both timed on the server. 1 when either is unknown.
+func decodeFactor(p imaging.Profile, server capacity.Probe) float64 {
+	std := server.DecompressBytesPerSec[p.Codec.String()]
+	if p.DecodeRate <= 0 || std <= 0 {
+		return 1
+	}
+	return p.DecodeRate / std
+}
+
+// scaleDecode scales every host's decoding rate for codec by f.
+func scaleDecode(net *capacity.Network, codec string, f float64) {
+	for i := range net.Hosts {
+		rates := net.Hosts[i].Resources.CPU.Decompress
+		if v, ok := rates[codec]; ok {
+			scaled := maps.Clone(rates)
+			scaled[codec] = v * f
+			net.Hosts[i].Resources.CPU.Decompress = scaled
+		}
+	}
 }

@@ -167,8 +167,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
-	go s.scan(ctx)
-	go s.probeSelf(ctx)
+	go func() {
+		s.scan(ctx)
+		// After the scan, so the probe times codecs on the image itself
+		// and does not compete with the scan for the CPU.
+		s.probeSelf(ctx)
+	}()
 	return s.run(ctx)
 }
 

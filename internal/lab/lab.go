@@ -20,12 +20,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Spec describes a lab.
@@ -431,15 +434,17 @@ const TCPEfficiency = 1448.0 / 1514.0
 const Machine = "lab"
 
 // Topology describes the lab for dolly's capacity model: switches, trunks,
-// every host with its shaped link, all on one machine. Hosts carry no
-// resources; a cast fills them in from the nodes' probes.
-func (l *Lab) Topology(spec Spec) ([]byte, error) {
+// every host with its shaped link, all on one machine. With a probe, every
+// host carries it (they are one machine, measured once); without, a cast
+// fills the hosts in from the nodes' own probes.
+func (l *Lab) Topology(spec Spec, probe any) ([]byte, error) {
 	type host struct {
 		Name    string `json:"name"`
 		Switch  string `json:"switch"`
 		Link    string `json:"link,omitempty"`
 		Role    string `json:"role,omitempty"`
 		Machine string `json:"machine"`
+		Probe   any    `json:"probe,omitempty"`
 	}
 	type link struct {
 		A        string `json:"a"`
@@ -467,7 +472,7 @@ func (l *Lab) Topology(spec Spec) ([]byte, error) {
 		file.Links = append(file.Links, link{A: t.A, B: t.B, Capacity: mbitRate(t.Mbit)})
 	}
 	for i, h := range append([]*Host{l.Server}, l.Nodes...) {
-		hf := host{Name: h.Name, Switch: h.Switch, Link: mbitRate(h.Mbit), Machine: Machine}
+		hf := host{Name: h.Name, Switch: h.Switch, Link: mbitRate(h.Mbit), Machine: Machine, Probe: probe}
 		if i == 0 {
 			hf.Name, hf.Role = "dolly-server", "source"
 		}
@@ -481,4 +486,26 @@ func mbitRate(mbit float64) string {
 		return ""
 	}
 	return strconv.FormatFloat(mbit, 'f', -1, 64) + "Mbit"
+}
+
+// InNamespace runs f on an OS thread switched into h's network namespace;
+// sockets f opens live there and may be used from anywhere afterwards.
+// The thread is never handed back to the scheduler: it ends with f.
+func InNamespace(h *Host, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
+		fd, err := unix.Open(filepath.Join("/run/netns", h.NS), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("namespace of %s: %w", h.Name, err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("entering the namespace of %s: %w", h.Name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
 }

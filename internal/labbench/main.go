@@ -139,14 +139,6 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		return nil, err
 	}
 	defer l.Close()
-	topo, err := l.Topology(spec)
-	if err != nil {
-		return nil, err
-	}
-	topoFile := filepath.Join(o.work, fmt.Sprintf("lab-%vmbit.json", g.mbit))
-	if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
-		return nil, err
-	}
 	var disks []string
 	var largest int64
 	for _, r := range g.runs {
@@ -159,6 +151,20 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		}
 		disks = append(disks, d)
 	}
+	probe, err := calibrate(ctx, l, o.bin, disks[0])
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("labbench: lab probed: write path %.0f MB/s, TCP stream %.0f MB/s, copy %.0f MB/s, zstd decode %.0f MB/s per core\n",
+		probe.DiskWriteCPUBytesPerSec/1e6, probe.NetStreamBytesPerSec/1e6, probe.MemcpyBytesPerSec/1e6, probe.DecompressBytesPerSec["zstd"]/1e6)
+	topo, err := l.Topology(spec, probe)
+	if err != nil {
+		return nil, err
+	}
+	topoFile := filepath.Join(o.work, fmt.Sprintf("lab-%vmbit.json", g.mbit))
+	if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
+		return nil, err
+	}
 	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
 	var results []result
 	for _, r := range g.runs {
@@ -166,6 +172,8 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 			return results, err
 		}
 		res := env.run(ctx, r, images[r.image])
+		// Let the run's writeback finish before the next one starts.
+		syscall.Sync()
 		results = append(results, res)
 		fmt.Println("  " + res.line())
 		if len(res.perNode) > 1 {

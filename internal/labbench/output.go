@@ -106,7 +106,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	}
 	fmt.Fprintf(&b, "# dolly lab benchmark (%s)\n\n", title)
 	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. Took %s.\n\n", cores(), took.Round(time.Second))
-	headline := filterResults(results, func(r result) bool { return r.image == "headline" })
+	headline := filterResults(results, func(r result) bool { return r.headline })
 	if len(headline) > 0 {
 		fmt.Fprintf(&b, "## Headline: %d nodes, %v Mbit/s, %s image\n\n", headline[0].nodes, headline[0].mbit, imageLabel(headline[0].image))
 		b.WriteString("| method | time | MB/s per node |\n|---|---|---|\n")
@@ -116,7 +116,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 		b.WriteString("\n")
 	}
 	for _, mbit := range []float64{100, 1000} {
-		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && r.image != "headline" })
+		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && !r.headline })
 		if len(rows) == 0 {
 			continue
 		}
@@ -181,7 +181,7 @@ func acceptance(results []result) []string {
 	out = append(out, fmt.Sprintf("%s prediction within 10%% for every dolly run: worst %+.1f%% (%s)", verdict(math.Abs(worst) <= 10), worst, worstRun))
 	for _, mbit := range []float64{100, 1000} {
 		chains := filterResults(results, func(r result) bool {
-			return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == "matrix" && r.err == ""
+			return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && !r.headline && r.err == ""
 		})
 		if len(chains) < 2 {
 			continue
@@ -195,7 +195,7 @@ func acceptance(results []result) []string {
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
 			for _, d := range filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.image == p.image && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.err == ""
 			}) {
 				out = append(out, fmt.Sprintf("%s dolly chain %.2f MB/s per node against %s %.2f at %d nodes, %v Mbit/s, %s image",
 					verdict(d.measured >= p.measured), d.measured, peer, p.measured, p.nodes, p.mbit, p.image))
@@ -207,7 +207,7 @@ func acceptance(results []result) []string {
 
 // plotPerNode draws MB/s per node against the node count, a line per method.
 func plotPerNode(path string, results []result, mbit float64) error {
-	rows := filterResults(results, func(r result) bool { return r.mbit == mbit && r.image == "matrix" && r.err == "" })
+	rows := filterResults(results, func(r result) bool { return r.mbit == mbit && !r.headline && r.err == "" })
 	if len(rows) == 0 {
 		return nil
 	}

@@ -153,7 +153,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	var nodes []*proc
 	for i, h := range e.lab.Nodes[:r.nodes] {
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
-			"-server", addr, "-target", e.disks[i], "-name", h.Name, "-join-timeout", "60s")
+			"-server", addr, "-target", e.disks[i], "-name", h.Name, "-join-timeout", "60s", "-no-probe")
 		if err != nil {
 			return res, err
 		}

@@ -131,6 +131,7 @@ func probe(args []string) int {
 	server := fs.String("server", "", "measure the interface that reaches this address")
 	output := fs.StringP("output", "o", "text", "text or json")
 	compress := fs.Bool("compress", false, "also measure zstd compression (what the server does on the fly)")
+	budget := fs.Duration("budget", 250*time.Millisecond, "time for each measurement (longer is steadier)")
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, probeUsage)
 		fs.PrintDefaults()
@@ -146,7 +147,7 @@ func probe(args []string) int {
 		fmt.Fprintf(os.Stderr, "dolly probe: -o %q: want text or json\n", *output)
 		return 2
 	}
-	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress}
+	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress, Budget: *budget}
 	if *server != "" {
 		ip, err := dolly.LocalIPFor(*server)
 		if err != nil {
