@@ -35,6 +35,13 @@ const (
 	MsgFail     MsgType = "fail"     // node → server: I failed, and why
 	MsgResult   MsgType = "result"   // server → node: the server's verdict
 	MsgAbort    MsgType = "abort"    // server → node: the cast is off
+
+	// While the cast runs, the server rewires around failed nodes.
+	MsgAttach       MsgType = "attach"        // server → node: send the stream to this child too
+	MsgDetach       MsgType = "detach"        // server → node: stop sending to this child
+	MsgAttachFailed MsgType = "attach-failed" // node → server: could not serve that child
+	MsgChildLost    MsgType = "child-lost"    // node → server: a child's connection failed
+	MsgPing         MsgType = "ping"          // server → node: I am here
 )
 
 // Message is one control message; the field matching Type is set.
@@ -47,7 +54,9 @@ type Message struct {
 	Progress *Progress `json:"progress,omitempty"`
 	Done     *Done     `json:"done,omitempty"`
 	Result   *Result   `json:"result,omitempty"`
-	// Reason explains a reject, fail or abort.
+	// Peer is the child of an attach, detach, attach-failed or child-lost.
+	Peer *Peer `json:"peer,omitempty"`
+	// Reason explains a reject, fail, abort, attach-failed or child-lost.
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -58,14 +67,34 @@ type Hello struct {
 	MACs     []string `json:"macs,omitempty"`
 	DataAddr string   `json:"data_addr"` // where upstream connects; an empty host means "the address I connect from"
 	Target   string   `json:"target,omitempty"`
+	// Resume is set by a node that is part of a cast already: it lost the
+	// server and comes back, to a restarted server or the same one.
+	Resume *Resume `json:"resume,omitempty"`
+}
+
+// Resume is what a node in a cast brings to the server it reconnects to.
+type Resume struct {
+	Cast        CastID `json:"cast"`
+	Fingerprint string `json:"fingerprint"` // of the image, as the first server saw it
+	Encoding    string `json:"encoding"`    // how the stream travels
+	FrameSize   int    `json:"frame_size"`
+	Pos         int64  `json:"pos"` // stream bytes received so far
+	Target      string `json:"target"`
+	// Done is set once the node has the whole image; Digest is then its
+	// content digest, which the server has not confirmed yet.
+	Done   bool   `json:"done"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // Welcome describes the cast to a node that may join.
 type Welcome struct {
-	Cast      CastID `json:"cast"`
-	Image     string `json:"image"`
-	ImageSize int64  `json:"image_size"` // raw bytes each target must hold
-	Target    string `json:"target"`     // the server's default target, if any
+	Cast        CastID `json:"cast"`
+	Image       string `json:"image"`
+	ImageSize   int64  `json:"image_size"` // raw bytes each target must hold
+	Target      string `json:"target"`     // the server's default target, if any
+	Fingerprint string `json:"fingerprint"`
+	// Resumed says the server takes the node's cast up where it was.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to
@@ -92,11 +121,12 @@ type Assign struct {
 	Encoding string `json:"encoding"`
 }
 
-// Progress is a node's periodic report.
+// Progress is a node's periodic report; it is also how the server knows
+// the node is alive.
 type Progress struct {
-	Stream    int64 `json:"stream"`    // stream bytes received and verified
-	Written   int64 `json:"written"`   // raw bytes on the target
-	Forwarded int64 `json:"forwarded"` // stream bytes passed to children
+	Stream  int64 `json:"stream"`  // stream bytes received and verified
+	Written int64 `json:"written"` // raw bytes on the target
+	Pos     int64 `json:"pos"`     // stream bytes received (and passed on)
 }
 
 // Done is a node's final report.
@@ -112,6 +142,9 @@ type Done struct {
 type Result struct {
 	OK      bool   `json:"ok"`
 	Message string `json:"message"`
+	// After is what a netbooted node does once the cast is over: "reboot",
+	// "poweroff", "shell" or "" (just exit).
+	After string `json:"after,omitempty"`
 }
 
 // validate checks that the body matching the type is present.
@@ -132,7 +165,9 @@ func (m *Message) validate() error {
 		missing = m.Done == nil
 	case MsgResult:
 		missing = m.Result == nil
-	case MsgReject, MsgFail, MsgAbort:
+	case MsgAttach, MsgDetach, MsgAttachFailed, MsgChildLost:
+		missing = m.Peer == nil
+	case MsgReject, MsgFail, MsgAbort, MsgPing:
 	default:
 		return fmt.Errorf("unknown control message type %q", m.Type)
 	}

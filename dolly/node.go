@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"dolly/imaging"
@@ -22,7 +22,13 @@ type NodeConfig struct {
 	// JoinTimeout bounds the wait for the server to answer; 0 waits forever,
 	// as a netbooted node must when it boots before the server starts.
 	JoinTimeout time.Duration
-	// ConnectTimeout bounds setting up the data path once assigned.
+	// ReconnectTimeout bounds the wait for a lost server during a cast; the
+	// node keeps what it has and goes on when the server is back.
+	ReconnectTimeout time.Duration
+	// ServerTimeout is how long the node hears nothing from the server
+	// before it takes the server for lost.
+	ServerTimeout time.Duration
+	// ConnectTimeout bounds reaching a child once told to.
 	ConnectTimeout time.Duration
 	// ProgressEvery is how often the node reports progress.
 	ProgressEvery time.Duration
@@ -41,8 +47,14 @@ func (c *NodeConfig) defaults() {
 	if c.DataListen == "" {
 		c.DataListen = ":0"
 	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = 10 * time.Minute
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = 15 * time.Second
+	}
 	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 2 * time.Minute
+		c.ConnectTimeout = 30 * time.Second
 	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 500 * time.Millisecond
@@ -58,21 +70,60 @@ type NodeResult struct {
 	Written int64
 	Digest  imaging.Digest
 	Elapsed time.Duration
+	// After is the server's after-cast action for netbooted nodes.
+	After string
 }
 
 // node is one run of the node agent.
 type node struct {
-	cfg  NodeConfig
-	log  *slog.Logger
-	ln   net.Listener
-	ctl  *Conn
-	msgs chan Message // control messages after the handshake
-	rerr chan error   // why the control connection ended
+	cfg NodeConfig
+	log *slog.Logger
+	ln  net.Listener
+
+	// The control connection, replaced when the server is lost and found.
+	mu  sync.Mutex
+	ctl *Conn
+
+	welcome Welcome
+	target  string
+	tg      *imaging.Target
+	relay   *Relay
+	// header is this cast's stream header, from the first upstream;
+	// headerSet is closed once it is known.
+	header    *StreamHeader
+	headerSet chan struct{}
+	encoding  string
+	counters  Counters
+	start     time.Time
+	diskError error
+
+	// receipt is the receiver's outcome once it has the whole stream.
+	recvDone chan receipt
+	// initial are the children of the first assignment, attached before
+	// the stream starts flowing.
+	initial []Peer
+	// done is set once the node has the image (and reported it).
+	done   bool
+	digest imaging.Digest
+}
+
+type receipt struct {
+	digest imaging.Digest
+	err    error
+}
+
+// session is the traffic of one control connection.
+type session struct {
+	conn *Conn
+	msgs chan Message
+	err  chan error
 }
 
 // RunNode joins the cast at cfg.Server, writes the image to the target,
 // forwards it to the node's children and returns once the server has
-// confirmed the target verified. Any other outcome is an error.
+// confirmed the target verified. Any other outcome is an error. When the
+// server is lost during the cast the node keeps its data path and what it
+// has, reconnects, and goes on with the server it finds.
 func RunNode(ctx context.Context, cfg NodeConfig) (NodeResult, error) {
 	cfg.defaults()
 	n := &node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
@@ -82,26 +133,36 @@ func RunNode(ctx context.Context, cfg NodeConfig) (NodeResult, error) {
 	}
 	n.ln = ln
 	defer ln.Close()
-	ctl, err := n.dialServer(ctx)
-	if err != nil {
-		return NodeResult{}, err
-	}
-	n.ctl = ctl
-	defer ctl.Close()
-	stop := context.AfterFunc(ctx, func() { ctl.Close(); ln.Close() })
-	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	res, err := n.run(ctx)
-	if ctx.Err() != nil && err != nil {
-		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	if n.tg != nil {
+		n.tg.Close()
 	}
 	return res, err
 }
 
-// dialServer connects to the server, retrying with backoff.
-func (n *node) dialServer(ctx context.Context) (*Conn, error) {
-	if n.cfg.JoinTimeout > 0 {
+func (n *node) current() *Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ctl
+}
+
+// send sends on the current control connection, if there is one.
+func (n *node) send(m Message) error {
+	c := n.current()
+	if c == nil {
+		return errors.New("no connection to the server")
+	}
+	return c.Send(m)
+}
+
+// dialServer connects to the server, retrying with backoff for up to
+// limit (0: forever).
+func (n *node) dialServer(ctx context.Context, limit time.Duration) (*Conn, error) {
+	if limit > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.cfg.JoinTimeout)
+		ctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 	backoff := 100 * time.Millisecond
@@ -126,17 +187,34 @@ func (n *node) dialServer(ctx context.Context) (*Conn, error) {
 	}
 }
 
-func (n *node) run(ctx context.Context) (NodeResult, error) {
+func (n *node) hello(c *Conn, resume *Resume) error {
 	_, port, _ := net.SplitHostPort(n.ln.Addr().String())
 	dataHost, _, _ := net.SplitHostPort(n.cfg.DataListen)
 	if ip := net.ParseIP(dataHost); ip != nil && ip.IsUnspecified() {
 		dataHost = ""
 	}
-	hello := Hello{Version: Version, Name: n.cfg.Name, MACs: MACs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target}
-	if err := n.ctl.Send(Message{Type: MsgHello, Hello: &hello}); err != nil {
+	h := Hello{Version: Version, Name: n.cfg.Name, MACs: MACs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target, Resume: resume}
+	return c.Send(Message{Type: MsgHello, Hello: &h})
+}
+
+func (n *node) run(ctx context.Context) (NodeResult, error) {
+	c, err := n.dialServer(ctx, n.cfg.JoinTimeout)
+	if err != nil {
 		return NodeResult{}, err
 	}
-	m, err := n.ctl.Recv(0)
+	n.ctl = c
+	closeCtl := func() {
+		if c := n.current(); c != nil {
+			c.Close()
+		}
+	}
+	defer closeCtl()
+	stop := context.AfterFunc(ctx, closeCtl)
+	defer stop()
+	if err := n.hello(c, nil); err != nil {
+		return NodeResult{}, err
+	}
+	m, err := c.Recv(0)
 	if err != nil {
 		return NodeResult{}, fmt.Errorf("joining: %w", err)
 	}
@@ -149,73 +227,82 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 	default:
 		return NodeResult{}, fmt.Errorf("joining: unexpected %s message", m.Type)
 	}
-	w := m.Welcome
-	target := n.cfg.Target
-	if target == "" {
-		target = w.Target
+	n.welcome = *m.Welcome
+	n.target = n.cfg.Target
+	if n.target == "" {
+		n.target = n.welcome.Target
 	}
-	if target == "" {
+	if n.target == "" {
 		return NodeResult{}, n.fail("no target: give the node -target PATH, or the server -target")
 	}
-	info, err := imaging.CheckTarget(target, w.ImageSize)
+	if t, err := ResolveTarget(n.target); err != nil {
+		return NodeResult{}, n.fail(err.Error())
+	} else {
+		n.target = t
+	}
+	info, err := imaging.CheckTarget(n.target, n.welcome.ImageSize)
 	if err != nil {
 		return NodeResult{}, n.fail(err.Error())
 	}
-	n.log.Info("joined", "image", w.Image, "size", w.ImageSize, "target", target)
-	ready := Ready{Target: target, TargetSize: info.Size, Block: info.Block}
+	n.log.Info("joined", "image", n.welcome.Image, "size", n.welcome.ImageSize, "target", n.target)
+	ready := Ready{Target: n.target, TargetSize: info.Size, Block: info.Block}
 	if !n.cfg.NoProbe {
-		localIP := n.ctl.LocalAddr().(*net.TCPAddr).IP
-		p := RunProbe(ctx, ProbeConfig{Name: n.cfg.Name, Target: target, LocalIP: localIP})
+		localIP := c.LocalAddr().(*net.TCPAddr).IP
+		p := RunProbe(ctx, ProbeConfig{Name: n.cfg.Name, Target: n.target, LocalIP: localIP})
 		for _, note := range p.Notes {
 			n.log.Info("probe", "note", note)
 		}
 		ready.Probe = &p.Probe
 	}
-	if err := n.ctl.Send(Message{Type: MsgReady, Ready: &ready}); err != nil {
+	if err := c.Send(Message{Type: MsgReady, Ready: &ready}); err != nil {
 		return NodeResult{}, err
 	}
-
-	n.msgs, n.rerr = make(chan Message, 16), make(chan error, 1)
-	go n.readControl()
-	m, err = n.next(ctx)
+	s := n.listen(c)
+	m, err = n.next(ctx, s)
 	if err != nil {
 		return NodeResult{}, err
 	}
 	if m.Type != MsgAssign {
 		return NodeResult{}, fmt.Errorf("waiting for the cast: unexpected %s message", m.Type)
 	}
-	return n.cast(ctx, w, target, m.Assign)
+	return n.cast(ctx, s, m.Assign)
 }
 
 // fail tells the server why this node cannot go on and returns that as an error.
 func (n *node) fail(reason string) error {
-	n.ctl.Send(Message{Type: MsgFail, Reason: reason})
+	n.send(Message{Type: MsgFail, Reason: reason})
 	return errors.New(reason)
 }
 
-func (n *node) readControl() {
-	for {
-		m, err := n.ctl.Recv(0)
-		if err != nil {
-			n.rerr <- err
-			return
+// listen starts reading a control connection.
+func (n *node) listen(c *Conn) *session {
+	s := &session{conn: c, msgs: make(chan Message, 16), err: make(chan error, 1)}
+	go func() {
+		for {
+			m, err := c.Recv(n.cfg.ServerTimeout)
+			if err != nil {
+				s.err <- err
+				return
+			}
+			s.msgs <- m
 		}
-		n.msgs <- m
-	}
+	}()
+	return s
 }
 
-// next returns the next control message; an abort or a lost server is an
-// error. Messages that arrived before the connection ended come first.
-func (n *node) next(ctx context.Context) (Message, error) {
+// next returns the next control message before the cast; an abort or a
+// lost server is an error. Messages that arrived before the connection
+// ended come first.
+func (n *node) next(ctx context.Context, s *session) (Message, error) {
 	var m Message
 	select {
-	case m = <-n.msgs:
-	case err := <-n.rerr:
+	case m = <-s.msgs:
+	case err := <-s.err:
 		select {
-		case m = <-n.msgs:
-			n.rerr <- err // for the next call
+		case m = <-s.msgs:
+			s.err <- err // for the next call
 		default:
-			n.rerr <- err
+			s.err <- err
 			return Message{}, fmt.Errorf("lost the server: %w", err)
 		}
 	case <-ctx.Done():
@@ -227,110 +314,377 @@ func (n *node) next(ctx context.Context) (Message, error) {
 	return m, nil
 }
 
-// cast sets up the data path, receives, writes and forwards the image.
-func (n *node) cast(ctx context.Context, w *Welcome, target string, a *Assign) (NodeResult, error) {
-	res := NodeResult{Target: target}
-	deadline := time.Now().Add(n.cfg.ConnectTimeout)
-	upc := make(chan acceptResult, 1)
-	go func() { upc <- n.acceptUpstream(w.Cast, deadline) }()
-	children, err := dialChildren(ctx, a.Children, deadline)
+// cast runs the node's part of the cast: the relay, the receiver writing
+// the target, and the control traffic, through lost servers and rewiring,
+// until the server's verdict.
+func (n *node) cast(ctx context.Context, s *session, a *Assign) (NodeResult, error) {
+	n.encoding = a.Encoding
+	n.start = time.Now()
+	n.headerSet = make(chan struct{})
+	relay, err := NewRelay(n.cfg.NoSplice)
 	if err != nil {
-		return res, n.fail(err.Error())
+		return NodeResult{}, n.fail(err.Error())
 	}
-	var up acceptResult
-	select {
-	case up = <-upc:
-	case m := <-n.msgs:
-		closeAll(children)
-		return res, fmt.Errorf("waiting for upstream %s: server sent %s: %s", a.Upstream, m.Type, m.Reason)
-	}
-	if up.err != nil {
-		closeAll(children)
-		return res, n.fail(fmt.Sprintf("no stream from upstream %s: %v", a.Upstream, up.err))
-	}
-	defer up.conn.Close()
-	// Interrupting the node stops the stream too, not only the control link.
-	stopUp := context.AfterFunc(ctx, func() { up.conn.Close() })
-	defer stopUp()
-	h := up.header
-	if h.ImageSize != w.ImageSize || h.Encoding.String() != a.Encoding {
-		closeAll(children)
-		return res, n.fail(fmt.Sprintf("stream from %s does not match the cast (%s %d bytes, want %s %d)", a.Upstream, h.Encoding, h.ImageSize, a.Encoding, w.ImageSize))
-	}
-	tg, err := imaging.OpenTarget(target, h.ImageSize)
-	if err != nil {
-		closeAll(children)
-		return res, n.fail(err.Error())
-	}
-	defer tg.Close()
-
-	// Children get the header as it came, then the relay takes over.
-	hb := h.MarshalBinary()
-	for i, c := range children {
-		if _, err := c.Write(hb); err != nil {
-			closeAll(children)
-			return res, n.fail(fmt.Sprintf("sending to child %s: %v", a.Children[i].Name, err))
-		}
-	}
-	relay, err := NewRelay(up.conn, children)
-	if err != nil {
-		closeAll(children)
-		return res, n.fail(err.Error())
-	}
-	defer relay.Local.Close()
-	if n.cfg.NoSplice {
-		relay.zeroCopy = false
-	}
+	// The node serves children that come late (their upstream died) from
+	// its history for as long as it is up.
+	relay.Linger()
+	n.relay = relay
+	n.initial = a.Children
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run() }()
-	n.log.Info("casting", "upstream", a.Upstream, "children", len(children), "zero_copy", relay.ZeroCopy())
+	go func() { relayDone <- relay.Run(relayCtx) }()
+	drained := make(chan struct{})
+	go func() {
+		if relay.Drained(relayCtx) == nil {
+			close(drained)
+		}
+	}()
+	upstreams := make(chan StreamHeader, 1)
+	go n.acceptUpstreams(relayCtx, upstreams)
+	n.recvDone = make(chan receipt, 1)
+	stopProgress := n.reportProgress()
+	defer stopProgress()
+	n.log.Info("casting", "upstream", a.Upstream, "children", len(a.Children), "zero_copy", relay.ZeroCopy())
 
-	start := time.Now()
-	var counters Counters
-	stopProgress := n.reportProgress(&counters, relay)
-	digest, _, rerr := Receive(relay.Local, h, tg, &counters)
-	if rerr != nil {
-		// Keep the stream flowing for the children while this node gives up.
-		io.Copy(io.Discard, relay.Local)
-	}
-	if rerr == nil {
-		rerr = tg.Sync()
-	}
-	relayErr := <-relayDone
-	stopProgress()
-	res.Written, res.Digest, res.Elapsed = counters.Written.Load(), digest, time.Since(start)
-	if rerr != nil {
-		return res, n.fail(rerr.Error())
-	}
-	if relayErr != nil {
-		return res, n.fail(relayErr.Error())
-	}
-	var lost []string
-	for i := range children {
-		if err := relay.ChildErr(i); err != nil {
-			lost = append(lost, a.Children[i].Name)
-			n.log.Warn("lost child", "child", a.Children[i].Name, "err", err)
+	var relayEnded bool
+	var verdict *Result
+	// The node leaves once its children have everything: with the
+	// server's verdict, or after its disk failed.
+	reconnected := make(chan *session, 1)
+	reconnecting := false
+	for {
+		if relayEnded && (verdict != nil || n.diskError != nil) {
+			if verdict == nil {
+				return n.result(), n.diskError
+			}
+			return n.finish(verdict)
+		}
+		var msgs <-chan Message
+		var lost <-chan error
+		if s != nil {
+			msgs, lost = s.msgs, s.err
+		}
+		select {
+		case h := <-upstreams:
+			// The first upstream's header says what the stream is; start
+			// the receiver on it.
+			go n.receive(h)
+		case m := <-msgs:
+			if m.Type == MsgAbort {
+				stopRelay()
+				return n.result(), fmt.Errorf("server aborted the cast: %s", m.Reason)
+			}
+			n.handleCastMessage(ctx, relay, m, &verdict)
+		case err := <-lost:
+			// Messages the server sent before the connection ended (its
+			// verdict, say) come first.
+			select {
+			case m := <-msgs:
+				s.err <- err
+				if m.Type == MsgAbort {
+					stopRelay()
+					return n.result(), fmt.Errorf("server aborted the cast: %s", m.Reason)
+				}
+				n.handleCastMessage(ctx, relay, m, &verdict)
+				continue
+			default:
+			}
+			if verdict != nil {
+				// The server has said all it had to say; it may well be gone.
+				s = nil
+				continue
+			}
+			n.log.Warn("lost the server; keeping what this node has and reconnecting", "err", err)
+			n.mu.Lock()
+			n.ctl.Close()
+			n.ctl = nil
+			n.mu.Unlock()
+			s = nil
+			if !reconnecting {
+				reconnecting = true
+				go func() { reconnected <- n.reconnect(ctx) }()
+			}
+		case ns := <-reconnected:
+			reconnecting = false
+			if ns == nil {
+				stopRelay()
+				return n.result(), fmt.Errorf("lost the server and could not get back to it within %v", n.cfg.ReconnectTimeout)
+			}
+			s = ns
+			n.mu.Lock()
+			n.ctl = ns.conn
+			n.mu.Unlock()
+			if n.done {
+				n.reportDone()
+			}
+		case ev := <-relay.Events():
+			switch ev.Kind {
+			case ChildLost:
+				n.log.Warn("lost a child", "child", ev.Name, "err", ev.Err)
+				n.send(Message{Type: MsgChildLost, Peer: &Peer{Name: ev.Name}, Reason: errText(ev.Err)})
+			case UpstreamLost:
+				n.log.Warn("lost the upstream; waiting for a new one", "pos", ev.Pos, "err", ev.Err)
+			}
+		case r := <-n.recvDone:
+			n.done = true
+			n.digest = r.digest
+			if r.err != nil {
+				n.diskError = r.err
+				n.fail(r.err.Error())
+			} else {
+				n.reportDone()
+			}
+		case <-drained:
+			relayEnded = true
+			drained = nil
+		case err := <-relayDone:
+			if ctx.Err() == nil {
+				return n.result(), n.fail(fmt.Sprintf("relay: %v", err))
+			}
+		case <-ctx.Done():
+			return n.result(), ctx.Err()
 		}
 	}
-	done := Done{Digest: digest.String(), Written: res.Written, Seconds: res.Elapsed.Seconds(), Lost: lost}
-	if err := n.ctl.Send(Message{Type: MsgDone, Done: &done}); err != nil {
-		return res, err
+}
+
+// handleCastMessage acts on a control message during the cast; an abort is
+// the caller's.
+func (n *node) handleCastMessage(ctx context.Context, relay *Relay, m Message, verdict **Result) {
+	switch m.Type {
+	case MsgAttach:
+		go n.attach(ctx, *m.Peer)
+	case MsgDetach:
+		relay.Detach(ctx, m.Peer.Name)
+	case MsgAssign:
+		// A restarted server places the node anew.
+		n.reassign(ctx, m.Assign)
+	case MsgResult:
+		*verdict = m.Result
 	}
-	m, err := n.next(ctx)
-	if err != nil {
-		return res, err
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
 	}
-	if m.Type != MsgResult {
-		return res, fmt.Errorf("waiting for the verdict: unexpected %s message", m.Type)
+	return err.Error()
+}
+
+// finish turns the server's verdict into the node's outcome.
+func (n *node) finish(v *Result) (NodeResult, error) {
+	if n.diskError != nil {
+		return n.result(), n.diskError
 	}
-	if !m.Result.OK {
-		return res, fmt.Errorf("server did not verify this node: %s", m.Result.Message)
+	res := n.result()
+	res.After = v.After
+	if !v.OK {
+		return res, fmt.Errorf("server did not verify this node: %s", v.Message)
 	}
 	return res, nil
 }
 
-// reportProgress sends progress until the returned stop is called.
-func (n *node) reportProgress(c *Counters, r *Relay) (stop func()) {
+func (n *node) result() NodeResult {
+	return NodeResult{Target: n.target, Written: n.counters.Written.Load(), Digest: n.digest, Elapsed: time.Since(n.start)}
+}
+
+// receive writes the stream to the target and reports the outcome.
+func (n *node) receive(h StreamHeader) {
+	tg, err := imaging.OpenTarget(n.target, h.ImageSize)
+	if err != nil {
+		n.relay.StopReading()
+		n.recvDone <- receipt{err: err}
+		return
+	}
+	n.tg = tg
+	failed := func(err error) {
+		n.log.Error("target failed; relaying on for the nodes downstream", "err", err)
+		n.send(Message{Type: MsgFail, Reason: err.Error()})
+	}
+	d, _, err := receive(n.relay.Reader(), h, tg, &n.counters, n.relay.EndSeen, failed)
+	if err == nil {
+		err = tg.Sync()
+	}
+	n.recvDone <- receipt{digest: d, err: err}
+}
+
+func (n *node) reportDone() {
+	done := Done{Digest: n.digest.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds()}
+	n.send(Message{Type: MsgDone, Done: &done})
+}
+
+// assign connects to the children of a (new) assignment.
+func (n *node) assign(ctx context.Context, a *Assign) {
+	for _, p := range a.Children {
+		go n.attach(ctx, p)
+	}
+}
+
+// reassign replaces the children with those of a restarted server's plan.
+func (n *node) reassign(ctx context.Context, a *Assign) {
+	for _, name := range n.relay.childNames(ctx) {
+		n.relay.Detach(ctx, name)
+	}
+	n.assign(ctx, a)
+}
+
+// attach connects to a child and adds it to the relay from where it is.
+func (n *node) attach(ctx context.Context, p Peer) {
+	err := n.attachChild(ctx, p)
+	if err != nil {
+		n.log.Warn("cannot serve child", "child", p.Name, "err", err)
+		n.send(Message{Type: MsgAttachFailed, Peer: &p, Reason: err.Error()})
+	}
+}
+
+func (n *node) attachChild(ctx context.Context, p Peer) error {
+	h, err := n.streamHeader(ctx)
+	if err != nil {
+		return err
+	}
+	c, err := dialRetry(ctx, p.Addr, time.Now().Add(n.cfg.ConnectTimeout))
+	if err != nil {
+		return fmt.Errorf("cannot connect to child %s at %s: %w", p.Name, p.Addr, err)
+	}
+	pos, err := OpenStream(c, h)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("child %s: %w", p.Name, err)
+	}
+	return n.relay.Attach(ctx, p.Name, c, pos)
+}
+
+// streamHeader waits for the stream's header, known once the first
+// upstream has connected.
+func (n *node) streamHeader(ctx context.Context) (StreamHeader, error) {
+	select {
+	case <-n.headerSet:
+	case <-ctx.Done():
+		return StreamHeader{}, ctx.Err()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return *n.header, nil
+}
+
+// acceptUpstreams takes every data connection that opens with this cast's
+// stream header, makes it the relay's upstream and answers the position to
+// go on from. The first one's header is handed to the caller.
+func (n *node) acceptUpstreams(ctx context.Context, first chan<- StreamHeader) {
+	stop := context.AfterFunc(ctx, func() { n.ln.Close() })
+	defer stop()
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			return
+		}
+		go n.takeUpstream(ctx, c, first)
+	}
+}
+
+func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- StreamHeader) {
+	h, err := readHeader(c)
+	isFirst := false
+	if err == nil {
+		isFirst, err = n.checkHeader(h, first)
+	}
+	if err != nil {
+		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	if isFirst {
+		// The children connect before the stream flows, so none of it
+		// has to be caught up.
+		var wg sync.WaitGroup
+		for _, p := range n.initial {
+			wg.Add(1)
+			go func() { defer wg.Done(); n.attach(ctx, p) }()
+		}
+		wg.Wait()
+	}
+	up, ok := c.(upstream)
+	if !ok {
+		c.Close()
+		return
+	}
+	pos, err := n.relay.SetUpstream(ctx, up)
+	if err == nil {
+		err = writePosition(c, pos)
+	}
+	if err != nil {
+		n.log.Warn("upstream connection failed", "from", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	n.log.Info("upstream connected", "from", c.RemoteAddr(), "pos", pos)
+}
+
+// checkHeader accepts a header of this cast and this stream; the first one
+// defines the stream.
+func (n *node) checkHeader(h StreamHeader, first chan<- StreamHeader) (isFirst bool, err error) {
+	if h.Cast != n.welcome.Cast {
+		return false, fmt.Errorf("stream of another cast (%s)", h.Cast)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.header == nil {
+		if h.ImageSize != n.welcome.ImageSize || h.Encoding.String() != n.encoding {
+			return false, fmt.Errorf("stream does not match the cast (%s %d bytes, want %s %d)", h.Encoding, h.ImageSize, n.encoding, n.welcome.ImageSize)
+		}
+		n.header = &h
+		close(n.headerSet)
+		first <- h
+		return true, nil
+	}
+	if h != *n.header {
+		return false, errors.New("stream differs from the one this node has")
+	}
+	return false, nil
+}
+
+// reconnect finds the server again and resumes with it; nil if it cannot
+// within the reconnect timeout.
+func (n *node) reconnect(ctx context.Context) *session {
+	deadline := time.Now().Add(n.cfg.ReconnectTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		c, err := n.dialServer(ctx, time.Until(deadline))
+		if err != nil {
+			return nil
+		}
+		n.mu.Lock()
+		resume := Resume{Cast: n.welcome.Cast, Fingerprint: n.welcome.Fingerprint, Encoding: n.encoding,
+			Pos: n.relay.Pos(), Target: n.target, Done: n.done}
+		if n.header != nil {
+			resume.FrameSize = int(n.header.FrameSize)
+		}
+		n.mu.Unlock()
+		if n.done {
+			resume.Digest = n.digest.String()
+		}
+		if err := n.hello(c, &resume); err == nil {
+			m, err := c.Recv(n.cfg.ServerTimeout)
+			switch {
+			case err != nil:
+			case m.Type == MsgWelcome && m.Welcome.Resumed:
+				n.log.Info("back with the server", "pos", resume.Pos)
+				return n.listen(c)
+			default:
+				n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)
+			}
+		}
+		c.Close()
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// reportProgress sends progress until the returned stop is called; the
+// server also takes it as a sign of life.
+func (n *node) reportProgress() (stop func()) {
 	quit, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -342,68 +696,14 @@ func (n *node) reportProgress(c *Counters, r *Relay) (stop func()) {
 				return
 			case <-t.C:
 			}
-			p := Progress{Stream: c.Stream.Load(), Written: c.Written.Load(), Forwarded: r.Forwarded()}
-			if n.ctl.Send(Message{Type: MsgProgress, Progress: &p}) != nil {
-				return
-			}
+			p := Progress{Stream: n.counters.Stream.Load(), Written: n.counters.Written.Load(), Pos: n.relay.Pos()}
+			n.send(Message{Type: MsgProgress, Progress: &p})
 		}
 	}()
 	return func() { close(quit); <-finished }
 }
 
-type acceptResult struct {
-	conn   net.Conn
-	header StreamHeader
-	err    error
-}
-
-// acceptUpstream waits for the connection that carries this cast's stream.
-// Connections that do not open with this cast's header are dropped.
-func (n *node) acceptUpstream(cast CastID, deadline time.Time) acceptResult {
-	if tl, ok := n.ln.(*net.TCPListener); ok {
-		tl.SetDeadline(deadline)
-	}
-	for {
-		c, err := n.ln.Accept()
-		if err != nil {
-			return acceptResult{err: err}
-		}
-		c.SetReadDeadline(deadline)
-		hb := make([]byte, StreamHeaderLen)
-		_, err = io.ReadFull(c, hb)
-		var h StreamHeader
-		if err == nil {
-			h, err = ParseStreamHeader(hb)
-		}
-		if err == nil && h.Cast != cast {
-			err = fmt.Errorf("stream of another cast (%s)", h.Cast)
-		}
-		if err != nil {
-			n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
-			c.Close()
-			continue
-		}
-		c.SetReadDeadline(time.Time{})
-		return acceptResult{conn: c, header: h}
-	}
-}
-
-// dialChildren connects to every child, retrying until deadline: a child
-// may still be setting up its listener.
-func dialChildren(ctx context.Context, peers []Peer, deadline time.Time) ([]net.Conn, error) {
-	conns := make([]net.Conn, 0, len(peers))
-	for _, p := range peers {
-		c, err := dialRetry(ctx, p.Addr, deadline)
-		if err != nil {
-			closeAll(conns)
-			return nil, fmt.Errorf("cannot connect to child %s at %s: %w", p.Name, p.Addr, err)
-		}
-		conns = append(conns, c)
-	}
-	return conns, nil
-}
-
-// DialRetry dials addr until it answers or deadline passes.
+// dialRetry dials addr until it answers or deadline passes.
 func dialRetry(ctx context.Context, addr string, deadline time.Time) (net.Conn, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -426,12 +726,6 @@ func dialRetry(ctx context.Context, addr string, deadline time.Time) (net.Conn, 
 // DialData connects to a node's data listener, retrying until deadline.
 func DialData(ctx context.Context, addr string, deadline time.Time) (net.Conn, error) {
 	return dialRetry(ctx, addr, deadline)
-}
-
-func closeAll(cs []net.Conn) {
-	for _, c := range cs {
-		c.Close()
-	}
 }
 
 // MACs lists the hardware addresses of the machine's interfaces.

@@ -210,7 +210,6 @@ func measure(budget time.Duration, work func() int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
-
 // fillSample makes data like a filesystem's: half text, half binary, no
 // zero runs (those cost a node nothing), about 2:1 compressible.
 func fillSample(p []byte, seed uint64) {

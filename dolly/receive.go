@@ -22,11 +22,23 @@ var ErrDigestMismatch = errors.New("content digest differs from the source's")
 // Receive reads the verified frames that follow header h from r and writes
 // the image to w. It returns the digest of what it wrote and the source's
 // end frame; the image is verified when both digests are equal, which
-// Receive checks (ErrDigestMismatch).
-func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters) (imaging.Digest, End, error) {
+// Receive checks (ErrDigestMismatch). endSeen, if set, is called once the
+// end frame has been verified.
+//
+// A failing target does not stop the reading: the rest of the stream is
+// verified and passed over (a relay must still forward it, and knows the
+// stream is complete only from its end frame), and the target's first error
+// is returned at the end.
+func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters, endSeen func()) (imaging.Digest, End, error) {
+	return receive(r, h, w, c, endSeen, nil)
+}
+
+// receive is Receive with failed, called once when the target first fails.
+func receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters, endSeen func(), failed func(error)) (imaging.Digest, End, error) {
 	if c == nil {
 		c = new(Counters)
 	}
+	fw := &firstError{w: w, failed: failed}
 	fr := NewFrameReader(r, h)
 	var (
 		d    imaging.Digest
@@ -35,9 +47,9 @@ func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters) (i
 		sink frameSink
 	)
 	if h.Encoding == imaging.Raw {
-		sink = &rawSink{w: w, d: imaging.NewDigester(), c: c}
+		sink = &rawSink{w: fw, d: imaging.NewDigester(), c: c}
 	} else {
-		sink, err = newDecodingSink(h, w, c)
+		sink, err = newDecodingSink(h, fw, c)
 		if err != nil {
 			return d, end, err
 		}
@@ -62,7 +74,13 @@ func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters) (i
 		}
 		c.Stream.Add(int64(len(f.Payload)))
 	}
+	if endSeen != nil {
+		endSeen()
+	}
 	d, err = sink.finish()
+	if fw.err != nil {
+		return d, end, fw.err
+	}
 	if err != nil {
 		return d, end, err
 	}
@@ -73,6 +91,40 @@ func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters) (i
 		return d, end, fmt.Errorf("%w (wrote %s, source %s)", ErrDigestMismatch, d.Short(), end.Digest.Short())
 	}
 	return d, end, nil
+}
+
+// firstError passes writes on until one fails, then only records: the
+// stream goes on being read after a disk error, and the first error is
+// the one that tells what happened.
+type firstError struct {
+	w      imaging.BlockWriter
+	err    error
+	failed func(error)
+}
+
+func (f *firstError) WriteAt(p []byte, off int64) (int, error) {
+	if f.err == nil {
+		if _, err := f.w.WriteAt(p, off); err != nil {
+			f.fail(err)
+		}
+	}
+	return len(p), nil
+}
+
+func (f *firstError) ZeroRange(off, n int64) error {
+	if f.err == nil {
+		if err := f.w.ZeroRange(off, n); err != nil {
+			f.fail(err)
+		}
+	}
+	return nil
+}
+
+func (f *firstError) fail(err error) {
+	f.err = err
+	if f.failed != nil {
+		f.failed(err)
+	}
 }
 
 // frameSink is where verified frames go: straight to the target for raw

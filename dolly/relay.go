@@ -1,6 +1,7 @@
 package dolly
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,122 +9,674 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
-// Relay forwards a node's upstream stream verbatim to its children and
-// hands the node its own copy through Local. On Linux it moves the bytes
-// with splice(2) and tee(2), so forwarding costs no user-space copy; else
-// (and for connections that are not TCP) it copies.
+// Relay forwards a node's stream verbatim to its children and keeps the
+// node's own copy in a history that its frame reader reads (Reader) and
+// that serves children that join late or lose their upstream.
+//
+// The upstream and the children can change while the stream flows: a node
+// whose upstream died gets a new one (SetUpstream) and goes on from the
+// byte it had reached; a child that lost its upstream is attached here
+// (Attach) from the byte it had reached, served from the history first.
+//
+// On Linux, TCP streams move with splice(2) and tee(2): forwarding costs no
+// user-space copy. Elsewhere, and with NoSplice, bytes are copied.
 type Relay struct {
-	// Local is the read end of the node's own copy of the stream. The node
-	// must keep reading it to EOF, or the relay (and everyone downstream)
-	// stalls.
-	Local *os.File
-
-	up       net.Conn
-	children []net.Conn
+	hist     *history
+	localR   *os.File // the node's copy, filled into hist
 	localW   *os.File
-
-	forwarded atomic.Int64
-	mu        sync.Mutex
-	childErr  []error
-	zeroCopy  bool
+	zeroCopy bool
 	// teeLimit, when set, caps each tee so tests can exercise the
 	// short-tee path that the kernel takes only rarely.
 	teeLimit int
+
+	reqs    chan relayRequest
+	events  chan RelayEvent
+	stopped chan struct{} // closed when Run returns
+	// complete is closed once the stream has ended and every child had
+	// it; late counts children attached afterwards that are still served.
+	complete chan struct{}
+	late     sync.WaitGroup
+
+	mu       sync.Mutex
+	up       upstream // the current upstream, to wake the loop on a request
+	pos      atomic.Int64
+	finished bool
+	// linger keeps the relay serving from its history after the stream
+	// ended, until its context ends: the source must, for nodes that lose
+	// their upstream near the end.
+	linger bool
+	done   bool // the stream ended; new children get the rest and an end
+	// named are the children by name, for Detach to cut off a child that
+	// holds the loop up because it does not read.
+	named map[string]*relayChild
+
+	// Owned by the loop.
+	children []*relayChild
+	sp       *spliceState
+	copyBuf  []byte
 }
 
+// upstream is what a relay reads from: a TCP connection, or the source's
+// pipe from its encoder.
+type upstream interface {
+	io.ReadCloser
+	syscall.Conn
+	SetReadDeadline(time.Time) error
+}
+
+// RelayEvent tells the node what happened to its data path.
+type RelayEvent struct {
+	Kind RelayEventKind
+	Name string // the child concerned
+	Err  error
+	Pos  int64 // stream bytes received when the upstream was lost
+}
+
+// RelayEventKind names a RelayEvent.
+type RelayEventKind int
+
+const (
+	ChildLost    RelayEventKind = iota // a child's connection failed; it was dropped
+	UpstreamLost                       // the upstream ended before the end of the stream
+)
+
 // pipeSize is the capacity asked of every pipe: one splice moves at most
-// this much, and it bounds how far a relay reads ahead of its slowest child.
+// a quarter of it, and it bounds how far a relay runs ahead of a child.
 const pipeSize = 1 << 20
 
-// NewRelay prepares a relay from up to children.
-func NewRelay(up net.Conn, children []net.Conn) (*Relay, error) {
+// roundSize is the most one round moves in copy mode.
+const roundSize = 256 << 10
+
+// NewRelay makes a relay with no upstream and no children yet. noSplice
+// forces copying.
+func NewRelay(noSplice bool) (*Relay, error) {
 	lr, lw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	setPipeSize(lw, pipeSize)
-	r := &Relay{Local: lr, up: up, children: children, localW: lw, childErr: make([]error, len(children))}
-	r.zeroCopy = canSplice(up, children)
+	r := &Relay{
+		hist:     newHistory(historySize),
+		localR:   lr,
+		localW:   lw,
+		zeroCopy: !noSplice && spliceSupported,
+		reqs:     make(chan relayRequest),
+		events:   make(chan RelayEvent, 64),
+		stopped:  make(chan struct{}),
+		complete: make(chan struct{}),
+		named:    map[string]*relayChild{},
+	}
 	return r, nil
 }
+
+// Linger keeps the relay serving late children from its history after the
+// stream has ended, until Run's context ends. Call it before Run.
+func (r *Relay) Linger() { r.linger = true }
 
 // ZeroCopy reports whether the relay forwards without user-space copies.
 func (r *Relay) ZeroCopy() bool { return r.zeroCopy }
 
-// Forwarded is the number of bytes handed to all children so far (counted
-// once per byte, not per child).
-func (r *Relay) Forwarded() int64 { return r.forwarded.Load() }
+// Pos is the number of stream bytes received so far (after the header).
+func (r *Relay) Pos() int64 { return r.pos.Load() }
 
-// ChildErr returns the error that cut child i off, or nil.
-func (r *Relay) ChildErr(i int) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.childErr[i]
-}
+// Reader is the node's own copy of the stream, for its frame reader. The
+// node must keep reading it, or the relay stalls once the history is full.
+func (r *Relay) Reader() io.Reader { return r.hist }
 
-func (r *Relay) setChildErr(i int, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.childErr[i] == nil {
-		r.childErr[i] = err
+// EndSeen tells the relay that the node's frame reader verified the end
+// frame: an upstream that closes now has finished, not failed.
+func (r *Relay) EndSeen() { r.hist.markEnd() }
+
+// StopReading tells the relay the node no longer reads its copy (its disk
+// failed); the relay goes on forwarding and keeps history for children.
+func (r *Relay) StopReading() { r.hist.stopReading() }
+
+// Events reports what happens to the data path. It is buffered; a slow
+// reader misses nothing that matters, as the server learns of failures on
+// its own too.
+func (r *Relay) Events() <-chan RelayEvent { return r.events }
+
+func (r *Relay) emit(e RelayEvent) {
+	select {
+	case r.events <- e:
+	default:
 	}
 }
 
-// Run relays until upstream ends. A child that fails is cut off and the
-// relay goes on with the others and the local copy; ChildErr tells which.
-// Run closes the write end of Local and half-closes the children's
-// connections when upstream ends cleanly, and closes them on error.
-func (r *Relay) Run() error {
-	var err error
-	if r.zeroCopy {
-		err = r.runSplice()
-	} else {
-		err = r.runCopy()
-	}
-	r.localW.Close()
-	for i, c := range r.children {
-		if err == nil && r.ChildErr(i) == nil {
-			if cw, ok := c.(interface{ CloseWrite() error }); ok {
-				if cerr := cw.CloseWrite(); cerr != nil {
-					r.setChildErr(i, cerr)
-				}
-				continue
-			}
+type requestKind int
+
+const (
+	reqUpstream requestKind = iota
+	reqAttach
+	reqDetach
+	reqNames
+)
+
+type relayRequest struct {
+	kind  requestKind
+	up    upstream
+	conn  net.Conn
+	name  string
+	from  int64
+	reply chan relayReply
+}
+
+type relayReply struct {
+	pos   int64
+	names []string
+	err   error
+}
+
+// request hands a request to the loop, waking it if it waits on upstream.
+func (r *Relay) request(ctx context.Context, q relayRequest) (relayReply, error) {
+	q.reply = make(chan relayReply, 1)
+	select {
+	case r.reqs <- q:
+	case <-ctx.Done():
+		return relayReply{}, ctx.Err()
+	case <-r.stopped:
+		return relayReply{}, errRelayStopped
+	default:
+		r.wake()
+		select {
+		case r.reqs <- q:
+		case <-ctx.Done():
+			return relayReply{}, ctx.Err()
+		case <-r.stopped:
+			return relayReply{}, errRelayStopped
 		}
-		c.Close()
 	}
+	select {
+	case rep := <-q.reply:
+		return rep, rep.err
+	case <-ctx.Done():
+		return relayReply{}, ctx.Err()
+	}
+}
+
+// wake interrupts a read from the upstream so the loop takes requests.
+func (r *Relay) wake() {
+	r.mu.Lock()
+	up := r.up
+	r.mu.Unlock()
+	if up != nil {
+		up.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+var errRelayStopped = errors.New("relay stopped")
+
+// Drained waits until the stream has ended and every child, including
+// ones attached late, has been sent all of it.
+func (r *Relay) Drained(ctx context.Context) error {
+	select {
+	case <-r.complete:
+	case <-r.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	done := make(chan struct{})
+	go func() { r.late.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetUpstream makes c the relay's upstream from now on, dropping the old
+// one. It returns the position the new upstream must send from.
+func (r *Relay) SetUpstream(ctx context.Context, c upstream) (int64, error) {
+	rep, err := r.request(ctx, relayRequest{kind: reqUpstream, up: c})
+	return rep.pos, err
+}
+
+// Attach adds a child that has the stream up to from. The bytes it lacks
+// come from the history; an error means the history no longer holds them.
+func (r *Relay) Attach(ctx context.Context, name string, c net.Conn, from int64) error {
+	_, err := r.request(ctx, relayRequest{kind: reqAttach, name: name, conn: c, from: from})
 	return err
 }
 
-// runCopy is the portable relay: read a buffer, write it everywhere.
-func (r *Relay) runCopy() error {
-	buf := make([]byte, 256<<10)
-	localOK := true
-	for {
-		n, err := r.up.Read(buf)
-		if n > 0 {
-			for i, c := range r.children {
-				if r.ChildErr(i) != nil {
-					continue
-				}
-				if _, werr := c.Write(buf[:n]); werr != nil {
-					r.setChildErr(i, werr)
-				}
-			}
-			r.forwarded.Add(int64(n))
-			if localOK {
-				if _, werr := r.localW.Write(buf[:n]); werr != nil {
-					localOK = false // the node stopped reading; keep forwarding
-				}
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+// childNames lists the children.
+func (r *Relay) childNames(ctx context.Context) []string {
+	rep, _ := r.request(ctx, relayRequest{kind: reqNames})
+	return rep.names
+}
+
+// Detach drops a child and closes its connection.
+func (r *Relay) Detach(ctx context.Context, name string) error {
+	// The loop may be waiting for this very child to take its bytes: cut
+	// it off first, so the loop goes on and takes the request.
+	r.mu.Lock()
+	ch := r.named[name]
+	r.mu.Unlock()
+	if ch != nil {
+		ch.cut()
+	}
+	_, err := r.request(ctx, relayRequest{kind: reqDetach, name: name})
+	return err
+}
+
+// Run relays until the stream has ended and every child has it, or ctx is
+// done. Children then get a clean end of stream (half-close); on any other
+// return their connections are closed.
+func (r *Relay) Run(ctx context.Context) (err error) {
+	defer close(r.stopped)
+	fillDone := make(chan error, 1)
+	go func() { fillDone <- r.hist.fill(r.localR) }()
+	if r.zeroCopy {
+		r.sp, err = newSpliceState()
 		if err != nil {
-			return fmt.Errorf("receiving from upstream: %w", err)
+			return err
 		}
+	}
+	defer func() {
+		r.mu.Lock()
+		r.finished = true
+		if r.up != nil {
+			r.up.Close()
+		}
+		r.mu.Unlock()
+		clean := err == nil
+		for _, ch := range r.children {
+			ch.finish(clean)
+		}
+		r.localW.Close()
+		<-fillDone
+		r.localR.Close()
+		if r.sp != nil {
+			r.sp.close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, r.wake)
+	defer stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.takeRequests(ctx)
+		r.mu.Lock()
+		up := r.up
+		r.mu.Unlock()
+		if up == nil {
+			select {
+			case q := <-r.reqs:
+				r.handle(ctx, q)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		n, rerr := r.readRound(up)
+		if n > 0 {
+			if err := r.distribute(n); err != nil {
+				return err
+			}
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			up.SetReadDeadline(time.Time{}) // woken for a request
+		default:
+			// The upstream ended. Either the stream is complete, or it was
+			// cut short and a new upstream will take over.
+			if r.hist.waitSettled(ctx, r.pos.Load()) {
+				if err := r.drain(ctx); err != nil {
+					return err
+				}
+				if !r.linger {
+					close(r.complete)
+					return nil
+				}
+				r.serveLate(ctx, up)
+				return nil
+			}
+			r.mu.Lock()
+			r.up = nil
+			r.mu.Unlock()
+			up.Close()
+			r.emit(RelayEvent{Kind: UpstreamLost, Pos: r.pos.Load(), Err: rerr})
+		}
+	}
+}
+
+// serveLate finishes the children that have everything and serves those
+// attached afterwards from the history, until ctx ends.
+func (r *Relay) serveLate(ctx context.Context, up upstream) {
+	r.mu.Lock()
+	r.up = nil
+	r.done = true
+	r.mu.Unlock()
+	up.Close()
+	for _, ch := range r.children {
+		ch.finish(true)
+	}
+	r.children = nil
+	close(r.complete)
+	for {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// takeRequests handles the requests waiting, without blocking.
+func (r *Relay) takeRequests(ctx context.Context) {
+	for {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Relay) handle(ctx context.Context, q relayRequest) {
+	var rep relayReply
+	switch q.kind {
+	case reqUpstream:
+		r.mu.Lock()
+		old := r.up
+		r.up = q.up
+		r.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
+		q.up.SetReadDeadline(time.Time{})
+		rep.pos = r.pos.Load()
+	case reqAttach:
+		rep.err = r.attach(ctx, q.name, q.conn, q.from)
+		if rep.err != nil {
+			q.conn.Close()
+		}
+	case reqNames:
+		for _, ch := range r.children {
+			rep.names = append(rep.names, ch.name)
+		}
+	case reqDetach:
+		for i, ch := range r.children {
+			if ch.name == q.name {
+				ch.finish(false)
+				r.children = append(r.children[:i], r.children[i+1:]...)
+				break
+			}
+		}
+	}
+	q.reply <- rep
+}
+
+// attach adds a child from stream offset from: what it lacks up to here
+// comes from the history, what it has beyond here is skipped.
+func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64) error {
+	if r.zeroCopy {
+		if _, ok := c.(syscall.Conn); !ok {
+			return fmt.Errorf("relay: child %s is not a socket", name)
+		}
+	}
+	pos := r.pos.Load()
+	ch, err := r.newChild(name, c)
+	if err != nil {
+		return err
+	}
+	if from < pos {
+		// Everything received has gone into the history; wait until it
+		// is there before serving from it.
+		if err := r.hist.waitEnd(pos); err != nil {
+			ch.finish(false)
+			return err
+		}
+		release, ok := r.hist.hold(from)
+		if !ok {
+			ch.finish(false)
+			start, end := r.hist.bounds()
+			return fmt.Errorf("relay: child %s needs the stream from byte %d; this node holds [%d, %d)", name, from, start, end)
+		}
+		ch.send(childJob{catchUp: true, from: from, to: pos, release: release})
+	} else {
+		ch.skip = from - pos
+	}
+	if r.done {
+		// Nothing more will come: the child gets the end of its stream
+		// once its catch-up is sent (finish waits for queued jobs).
+		r.late.Add(1)
+		go func() {
+			defer r.late.Done()
+			ch.finish(true)
+		}()
+		return nil
+	}
+	r.children = append(r.children, ch)
+	return nil
+}
+
+// cut stops sending to the child at once, from any goroutine: its
+// connection is closed, so a send blocked on it returns.
+func (ch *relayChild) cut() {
+	ch.detached.Store(true)
+	ch.dead.Store(true)
+	ch.conn.Close()
+}
+
+// distribute hands a round of n bytes to every child and the local copy.
+func (r *Relay) distribute(n int) error {
+	live := r.children[:0]
+	for _, ch := range r.children {
+		if ch.dead.Load() {
+			if !ch.detached.Load() {
+				r.emit(RelayEvent{Kind: ChildLost, Name: ch.name, Err: ch.err})
+			}
+			ch.finish(false)
+			continue
+		}
+		live = append(live, ch)
+	}
+	r.children = live
+	var err error
+	if r.zeroCopy {
+		err = r.distributeSplice(n)
+	} else {
+		err = r.distributeCopy(n)
+	}
+	if err != nil {
+		return err
+	}
+	r.pos.Add(int64(n))
+	return nil
+}
+
+// drain waits until every child has been sent everything.
+func (r *Relay) drain(ctx context.Context) error {
+	for _, ch := range r.children {
+		if err := ch.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRound reads the next round from the upstream.
+func (r *Relay) readRound(up upstream) (int, error) {
+	if r.zeroCopy {
+		return r.spliceRound(up)
+	}
+	return r.copyRound(up)
+}
+
+// relayChild is one child: its connection, and a goroutine sending its
+// jobs in order.
+type relayChild struct {
+	name   string
+	conn   net.Conn
+	jobs   chan childJob
+	tokens chan struct{} // one per job the child may have queued
+	slack  int
+	skip   int64 // stream bytes the child already has, still to skip
+	pipe   rawPipe
+	dead   atomic.Bool
+	// detached says the child was cut off on purpose: not a loss to report.
+	detached atomic.Bool
+	err      error
+	done     chan struct{}
+	once     sync.Once
+	r        *Relay
+}
+
+// childJob is what a child is sent next: n bytes from its pipe (splice),
+// data (copy), or a catch-up from the history.
+type childJob struct {
+	n       int
+	skip    int // of those first bytes, how many to discard
+	data    []byte
+	extra   []byte // after a short tee, the rest from user space
+	catchUp bool
+	from    int64
+	to      int64
+	release func()
+}
+
+// childSlack is how many rounds a child may fall behind before the relay
+// waits for it, so children sharing a link do not stall each other.
+const childSlack = 3
+
+func (r *Relay) newChild(name string, c net.Conn) (*relayChild, error) {
+	ch := &relayChild{name: name, conn: c, jobs: make(chan childJob, childSlack+1), tokens: make(chan struct{}, childSlack), slack: childSlack, done: make(chan struct{}), r: r}
+	if r.zeroCopy {
+		p, err := r.sp.childPipe()
+		if err != nil {
+			return nil, err
+		}
+		ch.pipe = p
+	}
+	for range ch.slack {
+		ch.tokens <- struct{}{}
+	}
+	r.mu.Lock()
+	r.named[name] = ch
+	r.mu.Unlock()
+	go ch.run()
+	return ch, nil
+}
+
+// send queues a job that takes no token (a catch-up).
+func (ch *relayChild) send(j childJob) { ch.jobs <- j }
+
+func (ch *relayChild) run() {
+	defer close(ch.done)
+	for j := range ch.jobs {
+		if !ch.dead.Load() {
+			if err := ch.r.sendJob(ch, j); err != nil {
+				ch.err = fmt.Errorf("sending to %s: %w", ch.name, err)
+				ch.dead.Store(true)
+				ch.conn.Close()
+			}
+		}
+		if ch.dead.Load() && ch.r.zeroCopy {
+			drain(ch.pipe.r)
+		}
+		if j.release != nil {
+			j.release()
+		}
+		if !j.catchUp {
+			ch.tokens <- struct{}{}
+		}
+	}
+}
+
+// wait waits until the child has been sent every job queued.
+func (ch *relayChild) wait(ctx context.Context) error {
+	for range ch.slack {
+		select {
+		case <-ch.tokens:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for range ch.slack {
+		ch.tokens <- struct{}{}
+	}
+	return nil
+}
+
+// finish stops the child: a clean half-close after everything was sent,
+// or closing its connection.
+func (ch *relayChild) finish(clean bool) {
+	ch.once.Do(func() {
+		ch.r.mu.Lock()
+		if ch.r.named[ch.name] == ch {
+			delete(ch.r.named, ch.name)
+		}
+		ch.r.mu.Unlock()
+		if !clean {
+			ch.conn.Close() // unblocks a send in progress
+		}
+		close(ch.jobs)
+		<-ch.done
+		if clean && !ch.dead.Load() {
+			// A half-close says "end of stream"; the bytes still queued
+			// are delivered after the close below, which only gives up
+			// the descriptor (the child sends nothing that could be
+			// left unread and turn the close into a reset).
+			if cw, ok := ch.conn.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+		}
+		ch.conn.Close()
+		if ch.r.zeroCopy {
+			ch.pipe.close()
+		}
+	})
+}
+
+// distributeCopy is the portable path: every child gets the round's bytes.
+func (r *Relay) distributeCopy(n int) error {
+	data := r.copyBuf[:n]
+	r.copyBuf = nil
+	for _, ch := range r.children {
+		<-ch.tokens
+		j := childJob{data: data}
+		if ch.skip > 0 {
+			k := min(ch.skip, int64(n))
+			ch.skip -= k
+			j.data = data[k:]
+		}
+		ch.jobs <- j
+	}
+	if _, err := r.localW.Write(data); err != nil {
+		return fmt.Errorf("relay: local copy: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) copyRound(up upstream) (int, error) {
+	if r.copyBuf == nil {
+		r.copyBuf = make([]byte, roundSize) // children keep the previous one
+	}
+	n, err := up.Read(r.copyBuf)
+	if err == nil && n == 0 {
+		err = io.ErrNoProgress
+	}
+	return n, err
+}
+
+// sendJob sends one job to a child.
+func (r *Relay) sendJob(ch *relayChild, j childJob) error {
+	switch {
+	case j.catchUp:
+		return r.hist.writeRange(ch.conn, j.from, j.to)
+	case j.data != nil:
+		_, err := ch.conn.Write(j.data)
+		return err
+	default:
+		return r.sendSplice(ch, j)
 	}
 }

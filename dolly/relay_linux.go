@@ -3,18 +3,16 @@ package dolly
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// The splice relay moves the stream through kernel pipes only:
+// On Linux the relay moves the stream through kernel pipes only:
 //
-//	upstream socket ──splice──▶ in ──tee──▶ child pipe ──splice──▶ child socket (one per child)
-//	                             └──splice (move)──▶ local pipe ──read──▶ node
+//	upstream ──splice──▶ in ──tee──▶ child pipe ──splice──▶ child socket (one per child)
+//	                      └──splice (move)──▶ local pipe ──read──▶ history
 //
 // tee(2) always copies from the head of the pipe, so a partial tee cannot be
 // resumed: a child pipe must have room for a whole round. A round fills at
@@ -24,17 +22,7 @@ import (
 // stalling each other. Should the kernel still tee short, the rest reaches
 // that child from user space.
 
-func canSplice(up net.Conn, children []net.Conn) bool {
-	if _, ok := up.(*net.TCPConn); !ok {
-		return false
-	}
-	for _, c := range children {
-		if _, ok := c.(*net.TCPConn); !ok {
-			return false
-		}
-	}
-	return true
-}
+const spliceSupported = true
 
 func setPipeSize(f *os.File, size int) {
 	if rc, err := f.SyscallConn(); err == nil {
@@ -64,191 +52,143 @@ func (p rawPipe) close() {
 	unix.Close(p.w)
 }
 
-// childJob is one round for a child: n bytes waiting in its pipe, then
-// extra bytes from user space after a short tee.
-type childJob struct {
-	n     int
-	extra []byte
-}
-
-type spliceChild struct {
-	conn *net.TCPConn
-	rc   syscall.RawConn
-	pipe rawPipe
-	jobs chan childJob
-	// tokens holds one token per round the child may have queued; the
-	// relay takes one to tee, the child returns it when the round is sent.
-	tokens chan struct{}
-	slack  int
-	dead   atomic.Bool // set by the child goroutine once its socket fails
+// spliceState is the relay's inbound pipe.
+type spliceState struct {
+	in     rawPipe
+	inSize int // what one round moves at most
+	local  syscall.RawConn
 }
 
 // inPipeSize is the inbound pipe's capacity: what one round moves at most.
-// Child pipes get pipeSize, four times as much.
+// Child pipes get pipeSize, four times as much, which is the slack.
 const inPipeSize = pipeSize / 4
 
-func (r *Relay) runSplice() (err error) {
-	in, inSize, err := newRawPipe(inPipeSize)
+func newSpliceState() (*spliceState, error) {
+	in, size, err := newRawPipe(inPipeSize)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer in.close()
-	upRC, err := r.up.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		return err
-	}
-	localRC, err := r.localW.SyscallConn()
-	if err != nil {
-		return err
-	}
+	return &spliceState{in: in, inSize: size}, nil
+}
 
-	children := make([]*spliceChild, 0, len(r.children))
-	defer func() {
-		if len(children) < len(r.children) { // set-up failed part way
-			for _, ch := range children {
-				ch.pipe.close()
-			}
+func (s *spliceState) close() { s.in.close() }
+
+// childPipe makes a child's pipe; if the kernel grants less than the slack
+// needs (a user's pipe quota), the inbound pipe shrinks to match.
+func (s *spliceState) childPipe() (rawPipe, error) {
+	p, size, err := newRawPipe(pipeSize)
+	if err != nil {
+		return rawPipe{}, err
+	}
+	if want := size / (childSlack + 1); want < s.inSize {
+		if got, err := unix.FcntlInt(uintptr(s.in.w), unix.F_SETPIPE_SZ, want); err == nil {
+			s.inSize = got
 		}
-	}()
-	smallest := pipeSize
-	for _, c := range r.children {
-		p, size, err := newRawPipe(pipeSize)
+	}
+	return p, nil
+}
+
+// spliceRound moves what the upstream has, up to a round, into the inbound
+// pipe. io.EOF means the upstream closed.
+func (r *Relay) spliceRound(up upstream) (int, error) {
+	rc, err := up.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	n, err := spliceIn(rc, r.sp.in.w, r.sp.inSize)
+	if err == nil && n == 0 {
+		err = errEOF
+	}
+	return n, err
+}
+
+var errEOF = errors.New("upstream closed")
+
+// distributeSplice tees the round to every child and moves it to the
+// local pipe.
+func (r *Relay) distributeSplice(n int) error {
+	if r.sp.local == nil {
+		rc, err := r.localW.SyscallConn()
 		if err != nil {
 			return err
 		}
-		tc := c.(*net.TCPConn)
-		rc, err := tc.SyscallConn()
-		if err != nil {
-			p.close()
-			return err
-		}
-		smallest = min(smallest, size)
-		children = append(children, &spliceChild{conn: tc, rc: rc, pipe: p})
+		r.sp.local = rc
 	}
-	if smallest < inSize {
-		// Child pipes smaller than the inbound pipe (a user's pipe quota
-		// reached) could make tee short: shrink the inbound pipe to match.
-		if got, err := unix.FcntlInt(uintptr(in.w), unix.F_SETPIPE_SZ, smallest); err == nil {
-			inSize = got
+	var short []*relayChild
+	teed := make([]int, len(r.children))
+	for i, ch := range r.children {
+		<-ch.tokens
+		want := n
+		if r.teeLimit > 0 {
+			want = min(n, r.teeLimit)
 		}
-	}
-	slack := max(smallest/inSize-1, 1)
-	for _, ch := range children {
-		ch.slack = slack
-		ch.jobs = make(chan childJob, slack)
-		ch.tokens = make(chan struct{}, slack)
-		for range slack {
-			ch.tokens <- struct{}{}
+		m, _ := teeAll(r.sp.in.r, ch.pipe.w, want)
+		teed[i] = m
+		if m < n {
+			short = append(short, ch)
 		}
 	}
-	done := make(chan struct{})
-	for i, ch := range children {
-		go r.runChild(i, ch, done)
+	var data []byte
+	if len(short) > 0 {
+		// Take the round out of the kernel once, to finish the short
+		// children and the local copy from user space.
+		data = make([]byte, n) // the short children keep it past this round
+		if err := readAll(r.sp.in.r, data); err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
 	}
-	defer func() {
-		if err != nil {
-			// A child blocked on a full socket must not hold up the exit.
-			for _, ch := range children {
-				ch.conn.Close()
-			}
+	for i, ch := range r.children {
+		j := childJob{n: teed[i]}
+		if teed[i] < n {
+			j.extra = data[teed[i]:]
 		}
-		for _, ch := range children {
-			close(ch.jobs)
+		if ch.skip > 0 {
+			k := min(ch.skip, int64(n))
+			ch.skip -= k
+			j.skip = int(k)
 		}
-		for range children {
-			<-done
-		}
-		for _, ch := range children {
-			ch.pipe.close()
-		}
-	}()
-
-	for {
-		n, err := spliceIn(upRC, in.w, inSize)
-		if err != nil {
-			return fmt.Errorf("receiving from upstream: %w", err)
-		}
-		if n == 0 {
-			for _, ch := range children {
-				for range ch.slack { // every round sent before the defer closes
-					<-ch.tokens
-				}
-			}
-			return nil
-		}
-		var short []int // children that got only part of the round
-		teed := make([]int, len(children))
-		for i, ch := range children {
-			<-ch.tokens
-			if ch.dead.Load() {
-				ch.tokens <- struct{}{}
-				teed[i] = -1
-				continue
-			}
-			want := n
-			if r.teeLimit > 0 {
-				want = min(n, r.teeLimit)
-			}
-			m, _ := teeAll(in.r, ch.pipe.w, want)
-			teed[i] = m
-			if m < n {
-				short = append(short, i)
-			}
-		}
-		var data []byte
-		if len(short) > 0 {
-			// Take the round out of the kernel once, to finish the short
-			// children and the local copy from user space.
-			data = make([]byte, n) // the short children keep it past this round
-			if err := readAll(in.r, data); err != nil {
-				return fmt.Errorf("relay: %w", err)
-			}
-		}
-		for i, ch := range children {
-			switch {
-			case teed[i] < 0:
-			case teed[i] < n:
-				ch.jobs <- childJob{n: teed[i], extra: data[teed[i]:]}
-			default:
-				ch.jobs <- childJob{n: n}
-			}
-		}
-		r.forwarded.Add(int64(n))
-		if data != nil {
-			if _, err := r.localW.Write(data); err != nil {
-				return fmt.Errorf("relay: local copy: %w", err)
-			}
-			continue
-		}
-		if err := moveOut(localRC, in.r, n); err != nil {
+		ch.jobs <- j
+	}
+	if data != nil {
+		if _, err := r.localW.Write(data); err != nil {
 			return fmt.Errorf("relay: local copy: %w", err)
 		}
+		return nil
 	}
+	if err := moveOut(r.sp.local, r.sp.in.r, n); err != nil {
+		return fmt.Errorf("relay: local copy: %w", err)
+	}
+	return nil
 }
 
-// runChild sends each round from the child's pipe to its socket.
-func (r *Relay) runChild(i int, ch *spliceChild, done chan<- struct{}) {
-	defer func() { done <- struct{}{} }()
-	for job := range ch.jobs {
-		if !ch.dead.Load() {
-			err := spliceOut(ch.rc, ch.pipe.r, job.n)
-			if err == nil && len(job.extra) > 0 {
-				_, err = ch.conn.Write(job.extra)
-			}
-			if err != nil {
-				r.setChildErr(i, fmt.Errorf("sending to child: %w", err))
-				ch.dead.Store(true)
-			}
-		}
-		if ch.dead.Load() {
-			drain(ch.pipe.r)
-		}
-		ch.tokens <- struct{}{}
+// sendSplice sends a round from the child's pipe: first the bytes it
+// already has are discarded, then the rest goes to its socket.
+func (r *Relay) sendSplice(ch *relayChild, j childJob) error {
+	rc, err := ch.conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return err
 	}
+	skip := j.skip
+	fromPipe := j.n
+	if skip > 0 {
+		k := min(skip, fromPipe)
+		if err := discardPipe(ch.pipe.r, k); err != nil {
+			return err
+		}
+		skip -= k
+		fromPipe -= k
+	}
+	if err := spliceOut(rc, ch.pipe.r, fromPipe); err != nil {
+		return err
+	}
+	if len(j.extra) > skip {
+		_, err = ch.conn.Write(j.extra[skip:])
+	}
+	return err
 }
 
-// spliceIn moves up to max bytes from a socket into an empty pipe, waiting
-// for data. It returns 0 at end of stream.
+// spliceIn moves up to max bytes from a socket or pipe into an empty pipe,
+// waiting for data. It returns 0 at end of stream.
 func spliceIn(rc syscall.RawConn, pipeW, max int) (int, error) {
 	var n int64
 	var serr error
@@ -306,8 +246,8 @@ func moveOut(rc syscall.RawConn, pipeR, n int) error {
 	return nil
 }
 
-// teeAll duplicates the first n bytes of src into the empty pipe dst and
-// returns how many it could.
+// teeAll duplicates the first n bytes of src into dst and returns how many
+// it could.
 func teeAll(src, dst, n int) (int, error) {
 	k, err := unix.Tee(src, dst, n, unix.SPLICE_F_NONBLOCK)
 	if err != nil {
@@ -327,6 +267,22 @@ func readAll(fd int, p []byte) error {
 			return errors.New("pipe ended early")
 		}
 		p = p[k:]
+	}
+	return nil
+}
+
+// discardPipe throws away exactly n bytes that are in a pipe.
+func discardPipe(fd, n int) error {
+	var buf [64 << 10]byte
+	for n > 0 {
+		k, err := unix.Read(fd, buf[:min(n, len(buf))])
+		if err != nil {
+			return err
+		}
+		if k == 0 {
+			return errors.New("pipe ended early")
+		}
+		n -= k
 	}
 	return nil
 }

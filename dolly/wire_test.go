@@ -166,7 +166,7 @@ func receiveInto(t *testing.T, h StreamHeader, stream []byte) (string, error) {
 		t.Fatal(err)
 	}
 	defer tg.Close()
-	_, _, err = Receive(bytes.NewReader(stream), h, tg, nil)
+	_, _, err = Receive(bytes.NewReader(stream), h, tg, nil, nil)
 	return path, err
 }
 

@@ -1,15 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"maps"
-	"net"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"dolly/capacity"
@@ -18,209 +13,12 @@ import (
 )
 
 // castPlan is a logical topology with its vertices bound to nodes: vertex 0
-// is the source, vertex v is nodes[v-1].
+// is the source, vertex v is nodes[v-1]. It is the plan as it started; the
+// tree the cast runs on (nodeState.parent, .children) changes as nodes fail.
 type castPlan struct {
 	tree  capacity.Tree
 	nodes []*nodeState
 	send  imaging.Encoding // how the stream travels
-}
-
-// choose asks the capacity model for the plan, from the nodes' probes and
-// the source's (and the topology file, if any). When the model cannot judge,
-// the operator's shape (or a chain) runs with the image as stored.
-func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
-	select {
-	case <-s.probed:
-	case <-ctx.Done():
-	}
-	names := []string{SourceName}
-	for _, n := range ready {
-		names = append(names, n.name)
-	}
-	net, notes := s.network(ready)
-	opt := Options(s.profile, s.cfg.FrameSize)
-	if f := decodeFactor(s.profile, s.probe.Probe); f != 1 {
-		scaleDecode(&net, opt.Compression.Codec, f)
-		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
-	}
-	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
-	if err == nil && !ch.Modeled {
-		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
-	}
-	if err != nil {
-		ch = fallbackChoice(names, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding, err)
-	}
-	ch.Notes = append(notes, ch.Notes...)
-	return ch
-}
-
-// network describes the cast's hosts for the model: the topology file's
-// network (its hosts that joined, filled in from their probes) or one switch.
-func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
-	var notes []string
-	src := sourceProbe(s.probe)
-	if len(ready) > 0 {
-		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		if _, speed, err := dolly.NICSpeed(ip); err == nil {
-			src.NICBytesPerSec = speed
-		} else {
-			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
-		}
-	}
-	probes := []capacity.Probe{src}
-	machines := map[string]int{}
-	var unprobed, noLink []string
-	machineOf := []string{""}
-	if len(ready) > 0 {
-		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		machineOf[0] = machineKey(dolly.MACs(), ip.String())
-	}
-	for _, n := range ready {
-		machineOf = append(machineOf, n.machine)
-		p := probeFor(n.name, n.probe)
-		probes = append(probes, p)
-		switch {
-		case n.probe == nil:
-			unprobed = append(unprobed, n.name)
-		case p.NICBytesPerSec <= 0:
-			noLink = append(noLink, n.name)
-		}
-		machines[n.machine]++
-	}
-	if len(unprobed) > 0 {
-		notes = append(notes, fmt.Sprintf("no probe from %s: their figures are not modelled", listNames(unprobed)))
-	}
-	if len(noLink) > 0 {
-		notes = append(notes, fmt.Sprintf("link speed unknown for %s (loopback or a virtual NIC): not modelled", listNames(noLink)))
-	}
-	if len(machines) < len(ready) {
-		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out their CPU and memory", len(ready), plural(len(machines), "machine")))
-	}
-	if t := s.cfg.Topology; t != nil {
-		net, err := fromTopology(t, probes)
-		if err == nil {
-			return net, notes
-		}
-		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
-	}
-	mergeMachineProbes(probes, machineOf)
-	net := capacity.SingleSwitch(probes[0], probes[1:])
-	net.LinkEfficiency = capacity.TCPEthernetEfficiency
-	shareMachines(net.Hosts, machineOf)
-	return net, notes
-}
-
-// mergeMachineProbes gives every probe of one machine the best CPU and
-// memory figures any of them measured: nodes on one machine probe at the
-// same time and slow each other down, but the hardware is the same.
-func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
-	best := map[string]capacity.Probe{}
-	for i, p := range probes {
-		m := machineOf[i]
-		if m == "" {
-			continue
-		}
-		b := best[m]
-		b.MemcpyBytesPerSec = max(b.MemcpyBytesPerSec, p.MemcpyBytesPerSec)
-		b.DigestBytesPerSec = max(b.DigestBytesPerSec, p.DigestBytesPerSec)
-		b.NetStreamBytesPerSec = max(b.NetStreamBytesPerSec, p.NetStreamBytesPerSec)
-		b.DecompressBytesPerSec = maxRates(b.DecompressBytesPerSec, p.DecompressBytesPerSec)
-		b.CompressBytesPerSec = maxRates(b.CompressBytesPerSec, p.CompressBytesPerSec)
-		best[m] = b
-	}
-	for i := range probes {
-		b, ok := best[machineOf[i]]
-		if !ok {
-			continue
-		}
-		p := &probes[i]
-		if p.MemcpyBytesPerSec > 0 {
-			p.MemcpyBytesPerSec = b.MemcpyBytesPerSec
-		}
-		if p.DigestBytesPerSec > 0 {
-			p.DigestBytesPerSec = b.DigestBytesPerSec
-		}
-		if p.NetStreamBytesPerSec > 0 {
-			p.NetStreamBytesPerSec = b.NetStreamBytesPerSec
-		}
-		if p.DecompressBytesPerSec != nil {
-			p.DecompressBytesPerSec = b.DecompressBytesPerSec
-		}
-		if p.CompressBytesPerSec != nil {
-			p.CompressBytesPerSec = b.CompressBytesPerSec
-		}
-	}
-}
-
-func maxRates(a, b map[string]float64) map[string]float64 {
-	if a == nil && b == nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = max(out[k], v)
-	}
-	return out
-}
-
-// machineKey tells machines apart: the same interfaces seen at the same
-// address are one machine, however many nodes run on it.
-func machineKey(macs []string, ip string) string {
-	return strings.Join(macs, ",") + "@" + ip
-}
-
-// shareMachines marks hosts that run on one machine, so the model adds up
-// their demands on its CPU and memory.
-func shareMachines(hosts []capacity.Host, machineOf []string) {
-	count := map[string]int{}
-	for _, m := range machineOf {
-		count[m]++
-	}
-	names := map[string]string{}
-	for i, m := range machineOf {
-		if m == "" || count[m] < 2 {
-			continue
-		}
-		if names[m] == "" {
-			names[m] = hosts[i].Name
-		}
-		hosts[i].Machine = names[m]
-	}
-}
-
-// fromTopology takes the topology file's network down to the hosts of this
-// cast and fills in what their probes measured.
-func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Network, error) {
-	net := t.Network
-	want := map[string]bool{}
-	for _, p := range probes[1:] {
-		want[p.Hostname] = true
-	}
-	net.Hosts = nil
-	for _, h := range t.Network.Hosts {
-		if h.Role == capacity.RoleSource {
-			probes[0].Hostname = h.Name
-			net.Hosts = append(net.Hosts, h)
-			continue
-		}
-		if want[h.Name] {
-			net.Hosts = append(net.Hosts, h)
-			delete(want, h.Name)
-		}
-	}
-	if len(want) > 0 {
-		var missing []string
-		for n := range want {
-			missing = append(missing, n)
-		}
-		slices.Sort(missing)
-		return net, fmt.Errorf("nodes %s are not in it", strings.Join(missing, ", "))
-	}
-	net.ApplyProbes(probes)
-	return net, nil
 }
 
 // bind ties the chosen plan's vertices to the nodes.
@@ -243,102 +41,375 @@ func (p castPlan) name(v int) string {
 	return p.nodes[v-1].name
 }
 
-// subtree lists the nodes at and below vertex v.
-func (p castPlan) subtree(v int) []*nodeState {
-	kids := p.tree.ChildLists()
-	var out []*nodeState
-	var walk func(int)
-	walk = func(v int) {
-		if v > 0 {
-			out = append(out, p.nodes[v-1])
-		}
-		for _, w := range kids[v] {
-			walk(w)
-		}
-	}
-	walk(v)
-	return out
+// castEvent is something the cast loop must act on: the control
+// connections report them, the loop's own checks find them.
+type castEvent struct {
+	kind   eventKind
+	node   *nodeState
+	child  string // for attach-failed and child-lost
+	reason string
 }
 
-// runCast assigns every node its place, streams the image and collects the
-// verdicts. It returns the source's digest.
-func (s *Server) runCast(ctx context.Context, p castPlan, ready []*nodeState) (imaging.Digest, error) {
-	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize, p.send)
+type eventKind int
+
+const (
+	evDown         eventKind = iota // the node is out of the cast: rewire around it
+	evAttachFailed                  // node could not serve child: the source takes it
+	evChildLost                     // node lost its connection to child
+	evReturned                      // a node of this cast came back: append it
+)
+
+func (s *Server) post(e castEvent) {
+	select {
+	case s.events <- e:
+	default:
+		s.log.Warn("cast events overflow", "event", e.kind, "node", e.node.name)
+	}
+}
+
+// runCast streams the image along the plan, keeps the tree whole as nodes
+// fail, and collects the verdicts. It returns the source's digest.
+func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error) {
+	// The tree as it starts; the source is parent nil.
+	kids := p.tree.ChildLists()
+	s.mu.Lock()
+	now := time.Now()
+	s.sourceKids = nil
+	for v := 1; v < len(kids); v++ {
+		n := p.nodes[v-1]
+		n.parent = nil
+		if par := p.tree.Parent[v]; par > 0 {
+			n.parent = p.nodes[par-1]
+		}
+		n.children = n.children[:0]
+		for _, w := range kids[v] {
+			n.children = append(n.children, p.nodes[w-1])
+		}
+		n.inTree = true
+		n.lastHeard, n.lastMoved = now, now
+		if n.status == stReady {
+			n.status, n.start = stCasting, now
+		}
+	}
+	for _, w := range kids[0] {
+		s.sourceKids = append(s.sourceKids, p.nodes[w-1])
+	}
+	s.castNodes = append([]*nodeState(nil), p.nodes...)
+	for _, n := range s.nodes {
+		if n.resumed && n.status == stDone && !containsNode(s.castNodes, n) {
+			s.castNodes = append(s.castNodes, n) // has it all: awaits its verdict
+		}
+	}
+	skip := int64(-1)
+	for _, n := range s.sourceKids {
+		if skip < 0 || n.pos < skip {
+			skip = n.pos
+		}
+	}
+	s.mu.Unlock()
+
+	src, err := s.newSource(p.send, max(skip, 0))
 	if err != nil {
 		s.abortAll(err.Error())
 		return imaging.Digest{}, err
 	}
-	kids := p.tree.ChildLists()
-	now := time.Now()
-	s.mu.Lock()
-	for _, n := range p.nodes {
-		n.status, n.start = stCasting, now
+	if skip > 0 {
+		fmt.Fprintf(s.cfg.Out, "every node has the first %s of the stream already: sending the rest\n", imaging.FormatBytes(skip))
 	}
-	s.mu.Unlock()
+	s.src = src
+	srcCtx, stopSource := context.WithCancel(ctx)
+	defer stopSource()
+	srcDone := make(chan error, 1)
+	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
+
 	for v := 1; v < len(kids); v++ {
+		n := p.nodes[v-1]
 		a := dolly.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
 		for _, w := range kids[v] {
 			a.Children = append(a.Children, dolly.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
 		}
-		if err := p.nodes[v-1].conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a}); err != nil {
-			s.nodeFailed(p.nodes[v-1], err.Error())
+		if err := n.conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a}); err != nil {
+			s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
 		}
 	}
 
-	src := &source{s: s, enc: enc, plan: p, digest: make(chan imaging.Digest, 1)}
-	sendErr := make(chan error, 1)
-	go func() { sendErr <- src.send(ctx, kids[0]) }()
-
 	view := newProgressView(s.cfg.Out, s.cfg.Interactive, s.cfg.ProgressEvery, s.img.Size)
-	tick := time.NewTicker(view.interval())
+	// Check often enough that a silent node is noticed within a fraction
+	// of the node timeout past it.
+	tick := time.NewTicker(min(max(s.cfg.NodeTimeout/8, 50*time.Millisecond), time.Second))
 	defer tick.Stop()
+	draw := time.NewTicker(view.interval())
+	defer draw.Stop()
 	var digest imaging.Digest
-	haveDigest, sent := false, false
+	haveDigest, sourceDone := false, false
 	for {
 		select {
-		case err := <-sendErr:
-			sent = true
-			sendErr = nil
-			if err != nil {
+		case err := <-srcDone:
+			srcDone = nil
+			if err != nil && ctx.Err() == nil {
 				s.abortAll(err.Error())
-				view.finish(s.snapshot(p), src.sent.Load())
+				view.finish(s.snapshot(), src.sent.Load())
 				return digest, err
 			}
 		case digest = <-src.digest:
-			haveDigest = true
+			haveDigest, sourceDone = true, true
+		case e := <-s.events:
+			s.handleEvent(ctx, e)
 		case <-s.changed:
 		case <-tick.C:
-			view.draw(s.snapshot(p), src.sent.Load())
+			s.checkNodes(time.Now())
+		case <-draw.C:
+			view.draw(s.snapshot(), src.sent.Load())
 		case <-ctx.Done():
 			s.abortAll("dolly-server was interrupted")
-			view.finish(s.snapshot(p), src.sent.Load())
+			view.finish(s.snapshot(), src.sent.Load())
 			return digest, ctx.Err()
 		}
 		if haveDigest {
-			s.sendVerdicts(p, digest)
+			s.sendVerdicts(digest)
 		}
-		if sent && s.allFinished(p) {
-			view.finish(s.snapshot(p), src.sent.Load())
+		if sourceDone && s.allFinished() {
+			view.finish(s.snapshot(), src.sent.Load())
 			return digest, nil
 		}
 	}
 }
 
+// attachToSource has the source serve n; failing that, n is out.
+func (s *Server) attachToSource(ctx context.Context, n *nodeState) {
+	go func() {
+		if err := s.src.attach(ctx, n); err != nil && ctx.Err() == nil {
+			s.post(castEvent{kind: evDown, node: n, reason: err.Error()})
+		}
+	}()
+}
+
+// handleEvent acts on one event of the cast.
+func (s *Server) handleEvent(ctx context.Context, e castEvent) {
+	switch e.kind {
+	case evDown:
+		s.removeNode(ctx, e.node, e.reason)
+	case evAttachFailed:
+		// The node's history no longer holds what the child needs: the
+		// source serves it, from its own history or a stream of its own.
+		s.mu.Lock()
+		c := s.byName[e.child]
+		if c == nil || c.removed || c.parent != e.node {
+			s.mu.Unlock()
+			return
+		}
+		e.node.children = without(e.node.children, c)
+		c.parent = nil
+		s.sourceKids = append(s.sourceKids, c)
+		s.mu.Unlock()
+		s.log.Warn("the source takes over a child", "child", c.name, "from", e.node.name, "reason", e.reason)
+		s.attachToSource(ctx, c)
+	case evChildLost:
+		// A parent that cannot reach its child: the child is taken out
+		// unless it has finished (it then needs nothing more).
+		s.mu.Lock()
+		c := s.byName[e.child]
+		s.mu.Unlock()
+		if c != nil && c.parent == e.node && !c.finished() {
+			s.removeNode(ctx, c, fmt.Sprintf("%s could not send to it: %s", e.node.name, e.reason))
+		}
+	case evReturned:
+		s.appendNode(ctx, e.node)
+	}
+}
+
+// removeNode takes a failed node out of the tree: its parent stops sending
+// to it and its children get their stream from that parent, from the byte
+// each had reached.
+func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
+	s.mu.Lock()
+	if x.removed || !x.inTree {
+		s.mu.Unlock()
+		return
+	}
+	x.removed = true
+	if !x.finished() {
+		// A node that reported its digest keeps it: its verdict comes all
+		// the same. One that did not has failed.
+		x.status, x.end = stFailed, time.Now()
+		if x.reason == "" {
+			x.reason = reason
+		}
+	}
+	p := x.parent
+	kids := x.children
+	x.children = nil
+	if p == nil {
+		s.sourceKids = without(s.sourceKids, x)
+	} else {
+		p.children = without(p.children, x)
+	}
+	for _, k := range kids {
+		k.parent = p
+		if p == nil {
+			s.sourceKids = append(s.sourceKids, k)
+		} else {
+			p.children = append(p.children, k)
+		}
+	}
+	upName := SourceName
+	if p != nil {
+		upName = p.name
+	}
+	s.mu.Unlock()
+
+	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(kids))
+	fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
+	if len(kids) > 0 {
+		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", upName, joinNames(kids, 8))
+	}
+	fmt.Fprintln(s.cfg.Out)
+	x.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "taken out of the cast: " + reason})
+	if p == nil {
+		s.src.detach(ctx, x.name)
+	} else {
+		p.conn.Send(dolly.Message{Type: dolly.MsgDetach, Peer: &dolly.Peer{Name: x.name}})
+	}
+	for _, k := range kids {
+		s.attachTo(ctx, p, k)
+	}
+	s.signal()
+}
+
+// attachTo makes p (nil: the source) send the stream to k from where k is.
+func (s *Server) attachTo(ctx context.Context, p, k *nodeState) {
+	if p == nil {
+		s.attachToSource(ctx, k)
+		return
+	}
+	peer := dolly.Peer{Name: k.name, Addr: k.dataAddr}
+	if err := p.conn.Send(dolly.Message{Type: dolly.MsgAttach, Peer: &peer}); err != nil {
+		s.post(castEvent{kind: evAttachFailed, node: p, child: k.name, reason: err.Error()})
+	}
+}
+
+// appendNode puts a node that came back at the end of the line: under the
+// deepest node still in the cast, which serves it from its history if it
+// still holds what the node needs, or else hands it to the source.
+func (s *Server) appendNode(ctx context.Context, n *nodeState) {
+	s.mu.Lock()
+	var tail *nodeState
+	depth := map[*nodeState]int{}
+	var walk func(ns []*nodeState, d int)
+	walk = func(ns []*nodeState, d int) {
+		for _, c := range ns {
+			if c.removed || c == n {
+				continue
+			}
+			depth[c] = d
+			if tail == nil || d > depth[tail] {
+				tail = c
+			}
+			walk(c.children, d+1)
+		}
+	}
+	walk(s.sourceKids, 1)
+	n.removed, n.inTree, n.parent, n.children = false, true, tail, nil
+	n.status, n.reason, n.end = stCasting, "", time.Time{}
+	n.lastHeard, n.lastMoved = time.Now(), time.Now()
+	if tail == nil {
+		s.sourceKids = append(s.sourceKids, n)
+	} else {
+		tail.children = append(tail.children, n)
+	}
+	if !containsNode(s.castNodes, n) {
+		s.castNodes = append(s.castNodes, n)
+	}
+	s.mu.Unlock()
+	where := SourceName
+	if tail != nil {
+		where = tail.name
+	}
+	fmt.Fprintf(s.cfg.Out, "  %s is back: %s sends it the rest from byte %d\n", n.name, where, n.pos)
+	a := dolly.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
+	n.conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a})
+	s.attachTo(ctx, tail, n)
+}
+
+// checkNodes takes out nodes that went silent or stopped moving while the
+// stream was there for them, and tells the rest the server is alive.
+func (s *Server) checkNodes(now time.Time) {
+	var down []castEvent
+	s.mu.Lock()
+	for _, n := range s.castNodes {
+		if !n.inTree || n.removed || n.finished() && n.status != stDone {
+			continue
+		}
+		if n.status == stDone && n.verified {
+			continue
+		}
+		if silent := now.Sub(n.lastHeard); silent > s.cfg.NodeTimeout {
+			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("no word from it for %s", formatDuration(silent))})
+			continue
+		}
+		ahead := s.src.sent.Load()
+		if n.parent != nil {
+			ahead = n.parent.pos
+		}
+		if n.status == stCasting && now.Sub(n.lastMoved) > s.cfg.StallTimeout && ahead > n.pos+stallMargin {
+			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("stalled: no progress for %s while its upstream was %s ahead",
+				formatDuration(now.Sub(n.lastMoved)), imaging.FormatBytes(ahead-n.pos))})
+		}
+	}
+	conns := make([]*dolly.Conn, 0, len(s.castNodes))
+	for _, n := range s.castNodes {
+		if !n.finished() || n.status == stDone {
+			conns = append(conns, n.conn)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Send(dolly.Message{Type: dolly.MsgPing})
+	}
+	for _, e := range down {
+		s.post(e)
+	}
+}
+
+// stallMargin is how far an upstream must be ahead before a node that
+// does not move counts as stalled: less is data in flight.
+const stallMargin = 4 << 20
+
+func without(ns []*nodeState, x *nodeState) []*nodeState {
+	out := ns[:0]
+	for _, n := range ns {
+		if n != x {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func containsNode(ns []*nodeState, x *nodeState) bool {
+	for _, n := range ns {
+		if n == x {
+			return true
+		}
+	}
+	return false
+}
+
 // sendVerdicts compares each reported digest with the source's and tells
 // the node. A node whose target is verified may reboot at once.
-func (s *Server) sendVerdicts(p castPlan, digest imaging.Digest) {
+func (s *Server) sendVerdicts(digest imaging.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range p.nodes {
+	for _, n := range s.castNodes {
 		if n.status != stDone || n.verified || n.reason != "" {
 			continue
 		}
-		r := dolly.Result{OK: n.digest == digest.String()}
+		r := dolly.Result{OK: n.digest == digest.String(), After: s.cfg.After}
 		if r.OK {
 			n.verified = true
 			r.Message = "target verified"
 		} else {
 			n.reason = fmt.Sprintf("digest %.12s differs from the source's %s", n.digest, digest.Short())
+			n.status = stFailed
 			r.Message = n.reason
 		}
 		if err := n.conn.Send(dolly.Message{Type: dolly.MsgResult, Result: &r}); err != nil {
@@ -347,123 +418,26 @@ func (s *Server) sendVerdicts(p castPlan, digest imaging.Digest) {
 	}
 }
 
-func (s *Server) allFinished(p castPlan) bool {
+// allFinished reports whether every node of the cast has its verdict or
+// has failed.
+func (s *Server) allFinished() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range p.nodes {
-		if !n.finished() || (n.status == stDone && !n.verified && n.reason == "") {
+	for _, n := range s.castNodes {
+		if !n.finished() || (n.status == stDone && !n.verified) {
 			return false
 		}
 	}
 	return true
 }
 
-// source streams the image to the source's children.
-type source struct {
-	s      *Server
-	enc    *dolly.Encoder
-	plan   castPlan
-	digest chan imaging.Digest
-	sent   atomic.Int64 // stream bytes sent (once, not per child)
-}
-
-type sink struct {
-	v    int
-	node *nodeState
-	conn net.Conn
-}
-
-func (src *source) send(ctx context.Context, children []int) error {
-	s := src.s
-	deadline := time.Now().Add(2 * time.Minute)
-	var sinks []*sink
-	defer func() {
-		for _, k := range sinks {
-			if k.conn != nil {
-				k.conn.Close()
-			}
-		}
-	}()
-	for _, v := range children {
-		n := src.plan.nodes[v-1]
-		c, err := dolly.DialData(ctx, n.dataAddr, deadline)
-		if err != nil {
-			src.cutOff(v, fmt.Sprintf("dolly-server cannot connect to it at %s: %v", n.dataAddr, err))
-			continue
-		}
-		sinks = append(sinks, &sink{v: v, node: n, conn: c})
-	}
-	hb := src.enc.Header().MarshalBinary()
-	src.write(sinks, hb, nil)
-	pace := newPacer(s.cfg.MaxRate)
-	for {
-		c, err := src.enc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("image %s: %w", s.cfg.Image, err)
-		}
-		if c.Kind == dolly.FrameEnd {
-			src.digest <- src.enc.Digest()
-		}
-		if !src.write(sinks, c.Header, c.Payload) {
-			return errors.New("no node is left to send to")
-		}
-		n := len(c.Header) + len(c.Payload)
-		src.sent.Add(int64(n))
-		if err := pace.wait(ctx, n); err != nil {
-			return err
-		}
-	}
-	for _, k := range sinks {
-		if k.conn != nil {
-			k.conn.(interface{ CloseWrite() error }).CloseWrite()
-		}
-	}
-	return nil
-}
-
-// write sends one frame to every live child and reports whether any is left.
-func (src *source) write(sinks []*sink, header, payload []byte) bool {
-	alive := false
-	for _, k := range sinks {
-		if k.conn == nil {
-			continue
-		}
-		bufs := net.Buffers{header, payload}
-		if _, err := bufs.WriteTo(k.conn); err != nil {
-			k.conn.Close()
-			k.conn = nil
-			src.cutOff(k.v, fmt.Sprintf("sending to it failed: %v", err))
-			continue
-		}
-		alive = true
-	}
-	return alive
-}
-
-// cutOff fails vertex v, whose stream cannot be delivered, and aborts the
-// nodes below it, which would otherwise wait for a stream that never comes.
-func (src *source) cutOff(v int, reason string) {
-	s := src.s
-	for i, n := range src.plan.subtree(v) {
-		r := reason
-		if i > 0 {
-			r = fmt.Sprintf("upstream %s was cut off", src.plan.name(v))
-		}
-		s.nodeFailed(n, r)
-		n.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: r})
-	}
-}
-
 // snapshot copies what the progress view needs.
-func (s *Server) snapshot(p castPlan) []nodeView {
+func (s *Server) snapshot() []nodeView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	out := make([]nodeView, len(p.nodes))
-	for i, n := range p.nodes {
+	out := make([]nodeView, len(s.castNodes))
+	for i, n := range s.castNodes {
 		v := nodeView{name: n.name, status: n.status, written: n.progress.Written, rate: n.rate, reason: n.reason, verified: n.verified}
 		end := now
 		if !n.end.IsZero() {
@@ -475,24 +449,49 @@ func (s *Server) snapshot(p castPlan) []nodeView {
 	return out
 }
 
-// decodeFactor is how fast the image decodes against the probes' standard
-// sample, both timed on the server. 1 when either is unknown.
-func decodeFactor(p imaging.Profile, server capacity.Probe) float64 {
-	std := server.DecompressBytesPerSec[p.Codec.String()]
-	if p.DecodeRate <= 0 || std <= 0 {
-		return 1
+// resumePlan is the plan for a cast a previous server started: the same
+// stream, along a chain from the node furthest on to the one furthest
+// behind, so that each node's upstream is ahead of it and serves it from
+// its history. Nodes that already have the whole image only await their
+// verdict.
+func (s *Server) resumePlan(ready []*nodeState) (Choice, error) {
+	enc, err := imaging.ParseEncoding(s.resume.Encoding)
+	if err != nil {
+		return Choice{}, err
 	}
-	return p.DecodeRate / std
+	if enc != s.img.Encoding && enc.Compressed() && s.img.Encoding.Compressed() {
+		return Choice{}, fmt.Errorf("the cast sent the image as %s, and %s cannot be sent so", enc, s.cfg.Image)
+	}
+	order := append([]*nodeState(nil), ready...)
+	slices.SortStableFunc(order, func(a, b *nodeState) int {
+		if c := cmp.Compare(b.pos, a.pos); c != 0 {
+			return c
+		}
+		if naturalLess(a.name, b.name) {
+			return -1
+		}
+		return 1
+	})
+	names := []string{SourceName}
+	for _, n := range order {
+		names = append(names, n.name)
+	}
+	comp := capacity.Compression{}
+	if enc.Compressed() {
+		comp = capacity.Compression{Codec: enc.String(), Factor: 2}
+	}
+	ch := Choice{
+		Result: capacity.Result{Plan: capacity.Plan{Tree: capacity.Chain(len(order)), Hosts: names, Compression: comp}, Depth: len(order)},
+		Send:   enc,
+		Notes:  []string{"taking up a cast under way: each node gets only what it lacks"},
+	}
+	return ch, nil
 }
 
-// scaleDecode scales every host's decoding rate for codec by f.
-func scaleDecode(net *capacity.Network, codec string, f float64) {
-	for i := range net.Hosts {
-		rates := net.Hosts[i].Resources.CPU.Decompress
-		if v, ok := rates[codec]; ok {
-			scaled := maps.Clone(rates)
-			scaled[codec] = v * f
-			net.Hosts[i].Resources.CPU.Decompress = scaled
-		}
-	}
+// sourceKidsNow lists the source's children, for the source to attach
+// before its stream starts.
+func (s *Server) sourceKidsNow() []*nodeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*nodeState(nil), s.sourceKids...)
 }

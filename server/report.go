@@ -14,6 +14,8 @@ type Report struct {
 	Plan           ReportPlan   `json:"plan"`
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
 	Verified       int          `json:"verified"`
+	StreamBytes    int64        `json:"stream_bytes"`            // the stream as encoded
+	ResumedBytes   int64        `json:"resumed_bytes,omitempty"` // of which the nodes had already (not sent)
 	Nodes          []ReportNode `json:"nodes"`
 }
 
@@ -47,6 +49,8 @@ func NewReport(sum Summary) Report {
 		ImageBytes:     sum.Size,
 		ElapsedSeconds: sum.Elapsed.Seconds(),
 		Verified:       sum.Verified,
+		StreamBytes:    sum.StreamBytes,
+		ResumedBytes:   sum.ResumedBytes,
 	}
 	if !sum.Digest.IsZero() {
 		r.Digest = sum.Digest.String()

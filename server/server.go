@@ -41,9 +41,18 @@ type Config struct {
 	MaxRate   float64 // source sending rate limit in bytes/s (0: none)
 	FrameSize int
 	Yes       bool // do not ask for confirmation
+	// After is what netbooted nodes do once verified: "reboot",
+	// "poweroff", "shell" or "" (the node program just exits).
+	After string
 
 	// JoinTimeout bounds the wait for nodes (0: wait forever).
 	JoinTimeout time.Duration
+	// NodeTimeout is how long a node may be silent during the cast before
+	// it is taken out and its children get the stream from its upstream.
+	NodeTimeout time.Duration
+	// StallTimeout is how long a node may make no progress while its
+	// upstream is ahead before it is taken out as stalled.
+	StallTimeout time.Duration
 	// ProgressEvery is the interval of plain progress lines.
 	ProgressEvery time.Duration
 
@@ -69,15 +78,36 @@ func (c *Config) defaults() {
 	if c.Compress == "" {
 		c.Compress = CompressAuto
 	}
+	if c.NodeTimeout == 0 {
+		c.NodeTimeout = 5 * time.Second
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = 30 * time.Second
+	}
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 5 * time.Second
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
+	// The roll call, the progress view and rewiring notes come from
+	// different goroutines; each write stays whole.
+	c.Out = &lockedWriter{w: c.Out}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // Summary is the outcome of a cast.
@@ -89,6 +119,11 @@ type Summary struct {
 	Nodes    []NodeSummary
 	Elapsed  time.Duration
 	Verified int
+	// StreamBytes is the length of the stream the source encoded;
+	// ResumedBytes how much of it every node had already when a restarted
+	// server took the cast up, and was not sent again.
+	StreamBytes  int64
+	ResumedBytes int64
 }
 
 // NodeSummary is one node's outcome.
@@ -125,6 +160,17 @@ type Server struct {
 
 	probed chan struct{} // closed once the source's own probe is done
 	probe  dolly.ProbeReport
+
+	fingerprint string // of the image, for nodes that come back
+	// resume is set when the nodes bring a cast under way: a restarted
+	// server takes it up where it was.
+	resume *dolly.Resume
+
+	// The cast as it runs.
+	events     chan castEvent
+	src        *source
+	sourceKids []*nodeState // the source's children
+	castNodes  []*nodeState // every node of the cast
 }
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The
@@ -132,7 +178,7 @@ type Server struct {
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1),
-		scanned: make(chan struct{}), probed: make(chan struct{})}
+		scanned: make(chan struct{}), probed: make(chan struct{}), events: make(chan castEvent, 1024)}
 	if _, err := rand.Read(s.cast[:]); err != nil {
 		return Summary{}, err
 	}
@@ -145,6 +191,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}
 	defer img.Close()
 	s.img = img
+	if s.fingerprint, err = img.Fingerprint(); err != nil {
+		return Summary{}, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return Summary{}, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
@@ -201,7 +250,16 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		s.abortAll(err.Error())
 		return s.summary(sum), err
 	}
-	choice := s.choose(ctx, ready)
+	var choice Choice
+	if s.resume != nil {
+		choice, err = s.resumePlan(ready)
+		if err != nil {
+			s.abortAll(err.Error())
+			return s.summary(sum), err
+		}
+	} else {
+		choice = s.choose(ctx, ready)
+	}
 	sum.Plan = choice
 	plan := s.bind(choice, ready)
 	printPreview(s.cfg.Out, choice)
@@ -214,9 +272,12 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 	}
 	start := time.Now()
-	digest, err := s.runCast(ctx, plan, ready)
+	digest, err := s.runCast(ctx, plan)
 	sum.Digest = digest
 	sum.Elapsed = time.Since(start)
+	if s.src != nil {
+		sum.StreamBytes, sum.ResumedBytes = s.src.sent.Load(), s.src.skip
+	}
 	sum = s.summary(sum)
 	s.printSummary(sum)
 	if err != nil {
@@ -310,78 +371,141 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
 		return
 	}
-	n, reason := s.register(c, m.Hello)
-	if n == nil {
-		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", reason)
-		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
-		return
-	}
-	s.log.Info("node joined", "node", n.name, "from", n.from)
-	s.signal()
-	defer s.signal()
-
+	// Whether a node may join, and how, depends on the image.
 	select {
 	case <-s.scanned:
 	case <-ctx.Done():
 		return
 	}
 	if s.scanErr != nil {
-		return // abortAll tells the node
-	}
-	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target}
-	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
-		s.nodeFailed(n, err.Error())
+		c.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "the cast was aborted: " + s.scanErr.Error()})
 		return
+	}
+	n, returned, reason := s.register(c, m.Hello)
+	if n == nil {
+		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", reason)
+		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
+		return
+	}
+	s.log.Info("node joined", "node", n.name, "from", n.from, "resumed", n.resumed)
+	s.signal()
+	defer s.signal()
+	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
+		Fingerprint: s.fingerprint, Resumed: n.resumed}
+	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
+		s.lostNode(n, c, err)
+		return
+	}
+	if returned {
+		s.post(castEvent{kind: evReturned, node: n})
 	}
 	for {
 		m, err := c.Recv(0)
 		if err != nil {
-			s.lostNode(n, err)
+			s.lostNode(n, c, err)
 			return
 		}
-		s.handleMessage(n, m)
+		s.handleMessage(n, c, m)
 	}
 }
 
-// register adds a node, or says why it cannot join.
-func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (*nodeState, string) {
+// register adds a node, or takes back one that had lost the server, or
+// says why it cannot join. returned is set for a node of the running cast
+// that came back after it was given up.
+func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (n *nodeState, returned bool, reason string) {
 	if h.Version != dolly.Version {
-		return nil, fmt.Sprintf("protocol version %d, server speaks %d: run the same dolly version on server and nodes", h.Version, dolly.Version)
+		return nil, false, fmt.Sprintf("protocol version %d, server speaks %d: run the same dolly version on server and nodes", h.Version, dolly.Version)
 	}
 	if h.Name == "" {
-		return nil, "node has no name: give it -name"
+		return nil, false, "node has no name: give it -name"
 	}
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	dhost, dport, err := net.SplitHostPort(h.DataAddr)
 	if err != nil || dport == "" {
-		return nil, fmt.Sprintf("bad data address %q", h.DataAddr)
+		return nil, false, fmt.Sprintf("bad data address %q", h.DataAddr)
 	}
 	if dhost == "" {
 		dhost = host
 	}
+	dataAddr := net.JoinHostPort(dhost, dport)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.aborted != "" {
-		return nil, "the cast was aborted: " + s.aborted
+		return nil, false, "the cast was aborted: " + s.aborted
+	}
+	if r := h.Resume; r != nil {
+		return s.registerResumed(c, h, r, dataAddr, host)
 	}
 	if s.started {
-		return nil, "the cast has already started: wait for the next cast"
+		return nil, false, "the cast has already started: wait for the next cast"
 	}
 	if old, dup := s.byName[h.Name]; dup {
-		return nil, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
+		return nil, false, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
 	}
-	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: net.JoinHostPort(dhost, dport), target: h.Target, conn: c, status: stJoined,
+	n = &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: dataAddr, target: h.Target, conn: c, status: stJoined,
 		machine: machineKey(h.MACs, host)}
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
 	s.printRoll("joined", n)
-	return n, ""
+	return n, false, ""
 }
 
-func (s *Server) handleMessage(n *nodeState, m dolly.Message) {
+// registerResumed takes a node that is part of a cast already: one of this
+// server's, coming back, or one a previous server (killed, restarted) ran,
+// which this server takes up if its image is the same. Called with s.mu.
+func (s *Server) registerResumed(c *dolly.Conn, h *dolly.Hello, r *dolly.Resume, dataAddr, host string) (*nodeState, bool, string) {
+	if r.Fingerprint != s.fingerprint {
+		return nil, false, "this node is part of a cast of another image: restart it to join this one"
+	}
+	if s.started {
+		if r.Cast != s.cast {
+			return nil, false, "this node is part of another cast: wait for the next cast"
+		}
+		n := s.byName[h.Name]
+		if n == nil {
+			return nil, false, "this node is not part of this cast"
+		}
+		n.conn, n.from, n.dataAddr = c, c.RemoteAddr().String(), dataAddr
+		n.lastHeard = time.Now()
+		if r.Pos > n.pos {
+			n.pos = r.Pos
+		}
+		n.resumed = true
+		// Given up meanwhile: it goes back in at the end of the line.
+		return n, n.removed && !r.Done, ""
+	}
+	if s.resume == nil {
+		s.resume = r
+		s.cast = r.Cast
+		if r.FrameSize > 0 {
+			s.cfg.FrameSize = r.FrameSize
+		}
+		fmt.Fprintf(s.cfg.Out, "  taking up cast %s where it was (%s stream, %s frames)\n", r.Cast, r.Encoding, imaging.FormatBytes(int64(r.FrameSize)))
+	} else if r.Cast != s.resume.Cast || r.Encoding != s.resume.Encoding || r.FrameSize != s.resume.FrameSize {
+		return nil, false, "this node is part of another cast than the other nodes: restart it to join this one"
+	}
+	if old, dup := s.byName[h.Name]; dup {
+		return nil, false, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
+	}
+	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: dataAddr, target: r.Target, conn: c,
+		status: stReady, machine: machineKey(h.MACs, host), pos: r.Pos, resumed: true}
+	if r.Done {
+		n.status, n.digest = stDone, r.Digest
+	}
+	s.nodes = append(s.nodes, n)
+	s.byName[n.name] = n
+	s.printRoll("back", n)
+	return n, false, ""
+}
+
+func (s *Server) handleMessage(n *nodeState, c *dolly.Conn, m dolly.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if n.conn != c {
+		return // an old connection of a node that came back
+	}
 	now := time.Now()
+	n.lastHeard = now
 	switch m.Type {
 	case dolly.MsgReady:
 		if n.status != stJoined {
@@ -391,44 +515,33 @@ func (s *Server) handleMessage(n *nodeState, m dolly.Message) {
 		n.probe = m.Ready.Probe
 		s.log.Info("node ready", "node", n.name, "target", n.target)
 	case dolly.MsgProgress:
-		if n.status == stCasting {
-			n.observe(*m.Progress, now)
-		}
+		n.observe(*m.Progress, now)
 	case dolly.MsgDone:
 		if n.status != stCasting {
 			return
 		}
-		n.status, n.end, n.digest, n.lost = stDone, now, m.Done.Digest, m.Done.Lost
+		n.status, n.end, n.digest = stDone, now, m.Done.Digest
 		n.progress.Written = m.Done.Written
 	case dolly.MsgFail:
 		switch n.status {
 		case stJoined, stReady:
 			n.status = stRefused
-		case stCasting:
+		case stCasting, stDone:
+			// Its target failed; it stays in the line and relays on, so
+			// the nodes below it do not notice.
 			n.status, n.end = stFailed, now
 		default:
 			return
 		}
 		n.reason = m.Reason
 		s.log.Warn("node failed", "node", n.name, "reason", m.Reason)
+	case dolly.MsgAttachFailed:
+		s.post(castEvent{kind: evAttachFailed, node: n, child: m.Peer.Name, reason: m.Reason})
+	case dolly.MsgChildLost:
+		s.post(castEvent{kind: evChildLost, node: n, child: m.Peer.Name, reason: m.Reason})
 	default:
 		return
 	}
-	s.signal()
-}
-
-func (s *Server) nodeFailed(n *nodeState, reason string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n.finished() {
-		return
-	}
-	if n.status == stCasting {
-		n.status, n.end = stFailed, time.Now()
-	} else {
-		n.status = stRefused
-	}
-	n.reason = reason
 	s.signal()
 }
 
@@ -442,13 +555,17 @@ func (s *Server) printRoll(what string, n *nodeState) {
 	fmt.Fprintf(s.cfg.Out, "  %-6s %-16s from %s (%s)\n", what, n.name, n.from, count)
 }
 
-// lostNode records a control connection that ended before the node finished.
-// A node that leaves before the plan is fixed is forgotten, so it can come
-// back (a machine rebooting while the lab joins).
-func (s *Server) lostNode(n *nodeState, err error) {
+// lostNode records a control connection c of n that ended. A node that
+// leaves before the plan is fixed is forgotten, so it can come back (a
+// machine rebooting while the lab joins); one in the cast is taken out,
+// its children rewired.
+func (s *Server) lostNode(n *nodeState, c *dolly.Conn, err error) {
 	s.mu.Lock()
-	done := n.finished()
-	if !done && !s.started && (n.status == stJoined || n.status == stReady) {
+	if n.conn != c {
+		s.mu.Unlock()
+		return // it came back on another connection
+	}
+	if !s.started && (n.status == stJoined || n.status == stReady) {
 		delete(s.byName, n.name)
 		s.nodes = slices.DeleteFunc(s.nodes, func(m *nodeState) bool { return m == n })
 		s.printRoll("left", n)
@@ -456,16 +573,23 @@ func (s *Server) lostNode(n *nodeState, err error) {
 		s.signal()
 		return
 	}
+	inCast := n.inTree && !n.removed && !(n.status == stDone && n.verified)
+	done := n.finished()
 	s.mu.Unlock()
-	if done {
-		return
-	}
 	reason := "lost contact"
 	if !errors.Is(err, io.EOF) {
 		reason = fmt.Sprintf("lost contact: %v", err)
 	}
-	s.log.Warn("node lost", "node", n.name, "err", err)
-	s.nodeFailed(n, reason)
+	switch {
+	case inCast:
+		s.log.Warn("node lost", "node", n.name, "err", err)
+		s.post(castEvent{kind: evDown, node: n, reason: reason})
+	case !done:
+		s.mu.Lock()
+		n.status, n.end, n.reason = stFailed, time.Now(), reason
+		s.mu.Unlock()
+		s.signal()
+	}
 }
 
 // waitForNodes waits until the expected nodes have joined and answered,
@@ -509,7 +633,7 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 				}
 			}
 			s.mu.Unlock()
-			if len(ready) == 0 {
+			if len(ready) == 0 && !s.anyDone() {
 				return nil, errors.New("no node is ready to receive the image")
 			}
 			sortNodes(ready)
@@ -572,4 +696,16 @@ func (s *Server) summary(sum Summary) Summary {
 		sum.Nodes = append(sum.Nodes, ns)
 	}
 	return sum
+}
+
+// anyDone reports whether a node came back with the whole image already.
+func (s *Server) anyDone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		if n.status == stDone {
+			return true
+		}
+	}
+	return false
 }

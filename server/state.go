@@ -49,7 +49,17 @@ type nodeState struct {
 	start, end time.Time
 	digest     string
 	verified   bool
-	lost       []string
+
+	// Its place in the tree the cast runs on (parent nil: the source),
+	// which changes as nodes fail.
+	parent    *nodeState
+	children  []*nodeState
+	inTree    bool
+	removed   bool      // taken out of the tree after failing
+	pos       int64     // stream bytes it has received
+	resumed   bool      // it came with a cast already under way
+	lastHeard time.Time // any message from it
+	lastMoved time.Time // pos last grew
 }
 
 // finished reports whether the node needs nothing more in this cast.
@@ -57,8 +67,11 @@ func (n *nodeState) finished() bool {
 	return n.status == stDone || n.status == stFailed || n.status == stRefused
 }
 
-// observe folds a progress report into the node's rate.
+// observe folds a progress report into the node's rate and position.
 func (n *nodeState) observe(p dolly.Progress, now time.Time) {
+	if p.Pos > n.pos {
+		n.pos, n.lastMoved = p.Pos, now
+	}
 	if !n.progressAt.IsZero() {
 		if dt := now.Sub(n.progressAt).Seconds(); dt > 0 {
 			inst := float64(p.Written-n.progress.Written) / dt

@@ -134,8 +134,10 @@ func (v *progressView) row(n nodeView) string {
 		state = "verifying"
 	default:
 		eta := "—"
-		if n.rate > 0 {
-			eta = formatDuration(time.Duration(float64(v.size-n.written) / n.rate * float64(time.Second)))
+		// A node barely moving has no meaningful ETA: it waits on
+		// something (a rewiring, a slow upstream).
+		if left := float64(v.size-n.written) / n.rate; n.rate > 0 && left < 24*3600 {
+			eta = formatDuration(time.Duration(left * float64(time.Second)))
 		}
 		state = "ETA " + eta
 	}
@@ -210,6 +212,10 @@ func (s *Server) printSummary(sum Summary) {
 		result := "OK (digest verified)"
 		if !n.Verified {
 			result = strings.ToUpper(n.Status)
+			if n.Elapsed > 0 {
+				// When it failed, counted from the start of the cast.
+				result += " after " + formatDuration(n.Elapsed)
+			}
 			if n.Reason != "" {
 				result += ": " + n.Reason
 			}

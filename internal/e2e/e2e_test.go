@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -45,10 +46,28 @@ func TestMain(m *testing.M) {
 // proc is a started binary.
 type proc struct {
 	cmd  *exec.Cmd
-	out  bytes.Buffer
+	out  syncBuffer
 	done chan struct{}
 	err  error
 	hwm  atomic.Int64 // peak resident set seen in /proc, bytes
+}
+
+// syncBuffer is a buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func start(t *testing.T, name string, args ...string) *proc {
@@ -342,7 +361,7 @@ func TestPreviewReproducesTableI(t *testing.T) {
 				PredictedMBps float64 `json:"predicted_mbps"`
 				Bottleneck    string  `json:"bottleneck"`
 			}
-			if err := json.Unmarshal(p.out.Bytes(), &rows); err != nil {
+			if err := json.Unmarshal([]byte(p.out.String()), &rows); err != nil {
 				t.Fatalf("output is not the JSON rows: %v\n%s", err, p.out.String())
 			}
 			for _, c := range tt.cells {

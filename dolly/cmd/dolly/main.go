@@ -62,6 +62,8 @@ func run() int {
 	name := fs.String("name", "", "name shown by the server (default: hostname)")
 	dataListen := fs.String("listen-data", ":0", "address the upstream node connects to")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the server cannot be reached within this time (0: keep trying)")
+	reconnectTimeout := fs.Duration("reconnect-timeout", 10*time.Minute, "during a cast, how long to keep trying to reach a lost server (the node keeps its progress)")
+	serverTimeout := fs.Duration("server-timeout", 15*time.Second, "take the server for lost after hearing nothing from it this long")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
@@ -92,14 +94,16 @@ func run() int {
 	defer stop()
 	start := time.Now()
 	res, err := dolly.RunNode(ctx, dolly.NodeConfig{
-		Server:      addr,
-		Target:      *target,
-		Name:        *name,
-		DataListen:  *dataListen,
-		JoinTimeout: *joinTimeout,
-		NoSplice:    *noSplice,
-		NoProbe:     *noProbe,
-		Logger:      cli.Logger(os.Stderr, true, *verbose),
+		Server:           addr,
+		Target:           *target,
+		Name:             *name,
+		DataListen:       *dataListen,
+		JoinTimeout:      *joinTimeout,
+		ReconnectTimeout: *reconnectTimeout,
+		ServerTimeout:    *serverTimeout,
+		NoSplice:         *noSplice,
+		NoProbe:          *noProbe,
+		Logger:           cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)

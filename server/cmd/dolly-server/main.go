@@ -77,6 +77,8 @@ func run() int {
 	frameSize := fs.String("frame-size", "1MiB", "frame (segment) size: smaller frames fill a long chain sooner")
 	yes := fs.BoolP("yes", "y", false, "do not ask before overwriting the targets")
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the nodes have not joined within this time (0: wait)")
+	nodeTimeout := fs.Duration("node-timeout", 5*time.Second, "take a node out of the cast once it has been silent this long; its children get the stream from its upstream")
+	stallTimeout := fs.Duration("stall-timeout", 30*time.Second, "take a node out once it has made no progress this long while its upstream was ahead")
 	progressEvery := fs.Duration("progress-interval", 5*time.Second, "interval of progress lines when not on a terminal")
 	report := fs.String("report", "", "write a JSON record of the cast (plan, prediction, each node's time) to this file")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
@@ -145,6 +147,8 @@ func run() int {
 		NoProbe:       *noProbe,
 		FrameSize:     int(fsz),
 		JoinTimeout:   *joinTimeout,
+		NodeTimeout:   *nodeTimeout,
+		StallTimeout:  *stallTimeout,
 		ProgressEvery: *progressEvery,
 		Out:           os.Stdout,
 		In:            os.Stdin,

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/internal/testimage"
+)
+
+// watchWriter collects output and closes seen once it contains want.
+type watchWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// openFDs counts the process's open files, except those the Go runtime
+// opens on its own (it watches the cgroup's CPU limit).
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("skipped: cannot count open files: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		dst, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if !strings.HasPrefix(dst, "/sys/fs/cgroup/") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFailedCastLeaksNothing runs a cast in which a node dies mid-way and
+// checks that afterwards the server and the nodes have closed every
+// connection and ended every goroutine they started.
+func TestFailedCastLeaksNothing(t *testing.T) {
+	const size = 12 << 20
+	img := filepath.Join(t.TempDir(), "dense.img")
+	if err := testimage.Write(img, size, 5, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	targets := oldDisks(t, 3, size)
+	runtime.GC()
+	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
+	var before []string
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		for _, l := range ents {
+			dst, _ := os.Readlink(filepath.Join("/proc/self/fd", l.Name()))
+			before = append(before, l.Name()+"="+dst)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out := &watchWriter{want: "casting ", seen: make(chan struct{})}
+	addrc := make(chan string, 1)
+	cfg := Config{Image: img, Shape: capacity.KindChain, Listen: "127.0.0.1:0", Nodes: 3, NoProbe: true, Yes: true,
+		MaxRate: 16e6, Out: out, ProgressEvery: 50 * time.Millisecond, NodeTimeout: time.Second,
+		Ready: func(a net.Addr) { addrc <- a.String() }}
+	var runErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, runErr = Run(ctx, cfg)
+	}()
+	addr := <-addrc
+	nodeErrs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, tg := range targets {
+		nctx, ncancel := context.WithCancel(ctx)
+		defer ncancel()
+		if i == 1 {
+			// The middle node dies once the cast runs.
+			go func() {
+				select {
+				case <-out.seen:
+				case <-ctx.Done():
+				}
+				ncancel()
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, nodeErrs[i] = dolly.RunNode(nctx, dolly.NodeConfig{Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
+				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: true})
+		}()
+	}
+	wg.Wait()
+	<-done
+	if runErr == nil {
+		t.Fatalf("the cast succeeded with a node dead:\n%s", out.String())
+	}
+	if nodeErrs[0] != nil || nodeErrs[2] != nil || nodeErrs[1] == nil {
+		t.Fatalf("node errors %v:\n%s", nodeErrs, out.String())
+	}
+	for _, i := range []int{0, 2} {
+		if got, _ := testimage.SHA256(targets[i], size); got == "" {
+			t.Errorf("pc%02d: no target", i+1)
+		}
+	}
+
+	// Goroutines that were told to stop take a moment to return.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, f := runtime.NumGoroutine(), openFDs(t)
+		if g <= goroutines && f <= fds {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			links, _ := os.ReadDir("/proc/self/fd")
+			var open []string
+			for _, l := range links {
+				dst, _ := os.Readlink(filepath.Join("/proc/self/fd", l.Name()))
+				open = append(open, l.Name()+"="+dst)
+			}
+			t.Fatalf("after the cast: %d goroutines (before: %d), %d open files (before: %d): %v (before: %v)\n%s", g, goroutines, f, fds, open, before, buf)
+		}
+		time.Sleep(20 * time.Millisecond) // nothing to wait on: goroutines wind down
+	}
+}

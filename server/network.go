@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+
+	"dolly/capacity"
+	"dolly/dolly"
+	"dolly/imaging"
+)
+
+// choose asks the capacity model for the plan, from the nodes' probes and
+// the source's (and the topology file, if any). When the model cannot judge,
+// the operator's shape (or a chain) runs with the image as stored.
+func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
+	select {
+	case <-s.probed:
+	case <-ctx.Done():
+	}
+	names := []string{SourceName}
+	for _, n := range ready {
+		names = append(names, n.name)
+	}
+	net, notes := s.network(ready)
+	opt := Options(s.profile, s.cfg.FrameSize)
+	if f := decodeFactor(s.profile, s.probe.Probe); f != 1 {
+		scaleDecode(&net, opt.Compression.Codec, f)
+		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
+	}
+	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
+	if err == nil && !ch.Modeled {
+		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
+	}
+	if err != nil {
+		ch = fallbackChoice(names, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding, err)
+	}
+	ch.Notes = append(notes, ch.Notes...)
+	return ch
+}
+
+// network describes the cast's hosts for the model: the topology file's
+// network (its hosts that joined, filled in from their probes) or one switch.
+func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
+	var notes []string
+	src := sourceProbe(s.probe)
+	if len(ready) > 0 {
+		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+		if _, speed, err := dolly.NICSpeed(ip); err == nil {
+			src.NICBytesPerSec = speed
+		} else {
+			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
+		}
+	}
+	probes := []capacity.Probe{src}
+	machines := map[string]int{}
+	var unprobed, noLink []string
+	machineOf := []string{""}
+	if len(ready) > 0 {
+		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+		machineOf[0] = machineKey(dolly.MACs(), ip.String())
+	}
+	for _, n := range ready {
+		machineOf = append(machineOf, n.machine)
+		p := probeFor(n.name, n.probe)
+		probes = append(probes, p)
+		switch {
+		case n.probe == nil:
+			unprobed = append(unprobed, n.name)
+		case p.NICBytesPerSec <= 0:
+			noLink = append(noLink, n.name)
+		}
+		machines[n.machine]++
+	}
+	if len(unprobed) > 0 {
+		notes = append(notes, fmt.Sprintf("no probe from %s: their figures are not modelled", listNames(unprobed)))
+	}
+	if len(noLink) > 0 {
+		notes = append(notes, fmt.Sprintf("link speed unknown for %s (loopback or a virtual NIC): not modelled", listNames(noLink)))
+	}
+	if len(machines) < len(ready) {
+		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out their CPU and memory", len(ready), plural(len(machines), "machine")))
+	}
+	if t := s.cfg.Topology; t != nil {
+		net, err := fromTopology(t, probes)
+		if err == nil {
+			return net, notes
+		}
+		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
+	}
+	mergeMachineProbes(probes, machineOf)
+	net := capacity.SingleSwitch(probes[0], probes[1:])
+	net.LinkEfficiency = capacity.TCPEthernetEfficiency
+	shareMachines(net.Hosts, machineOf)
+	return net, notes
+}
+
+// mergeMachineProbes gives every probe of one machine the best CPU and
+// memory figures any of them measured: nodes on one machine probe at the
+// same time and slow each other down, but the hardware is the same.
+func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
+	best := map[string]capacity.Probe{}
+	for i, p := range probes {
+		m := machineOf[i]
+		if m == "" {
+			continue
+		}
+		b := best[m]
+		b.MemcpyBytesPerSec = max(b.MemcpyBytesPerSec, p.MemcpyBytesPerSec)
+		b.DigestBytesPerSec = max(b.DigestBytesPerSec, p.DigestBytesPerSec)
+		b.NetStreamBytesPerSec = max(b.NetStreamBytesPerSec, p.NetStreamBytesPerSec)
+		b.DecompressBytesPerSec = maxRates(b.DecompressBytesPerSec, p.DecompressBytesPerSec)
+		b.CompressBytesPerSec = maxRates(b.CompressBytesPerSec, p.CompressBytesPerSec)
+		best[m] = b
+	}
+	for i := range probes {
+		b, ok := best[machineOf[i]]
+		if !ok {
+			continue
+		}
+		p := &probes[i]
+		if p.MemcpyBytesPerSec > 0 {
+			p.MemcpyBytesPerSec = b.MemcpyBytesPerSec
+		}
+		if p.DigestBytesPerSec > 0 {
+			p.DigestBytesPerSec = b.DigestBytesPerSec
+		}
+		if p.NetStreamBytesPerSec > 0 {
+			p.NetStreamBytesPerSec = b.NetStreamBytesPerSec
+		}
+		if p.DecompressBytesPerSec != nil {
+			p.DecompressBytesPerSec = b.DecompressBytesPerSec
+		}
+		if p.CompressBytesPerSec != nil {
+			p.CompressBytesPerSec = b.CompressBytesPerSec
+		}
+	}
+}
+
+func maxRates(a, b map[string]float64) map[string]float64 {
+	if a == nil && b == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = max(out[k], v)
+	}
+	return out
+}
+
+// machineKey tells machines apart: the same interfaces seen at the same
+// address are one machine, however many nodes run on it.
+func machineKey(macs []string, ip string) string {
+	return strings.Join(macs, ",") + "@" + ip
+}
+
+// shareMachines marks hosts that run on one machine, so the model adds up
+// their demands on its CPU and memory.
+func shareMachines(hosts []capacity.Host, machineOf []string) {
+	count := map[string]int{}
+	for _, m := range machineOf {
+		count[m]++
+	}
+	names := map[string]string{}
+	for i, m := range machineOf {
+		if m == "" || count[m] < 2 {
+			continue
+		}
+		if names[m] == "" {
+			names[m] = hosts[i].Name
+		}
+		hosts[i].Machine = names[m]
+	}
+}
+
+// fromTopology takes the topology file's network down to the hosts of this
+// cast and fills in what their probes measured.
+func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Network, error) {
+	net := t.Network
+	want := map[string]bool{}
+	for _, p := range probes[1:] {
+		want[p.Hostname] = true
+	}
+	net.Hosts = nil
+	for _, h := range t.Network.Hosts {
+		if h.Role == capacity.RoleSource {
+			probes[0].Hostname = h.Name
+			net.Hosts = append(net.Hosts, h)
+			continue
+		}
+		if want[h.Name] {
+			net.Hosts = append(net.Hosts, h)
+			delete(want, h.Name)
+		}
+	}
+	if len(want) > 0 {
+		var missing []string
+		for n := range want {
+			missing = append(missing, n)
+		}
+		slices.Sort(missing)
+		return net, fmt.Errorf("nodes %s are not in it", strings.Join(missing, ", "))
+	}
+	net.ApplyProbes(probes)
+	return net, nil
+}
+
+// decodeFactor is how fast the image decodes against the probes' standard
+// sample, both timed on the server. 1 when either is unknown.
+func decodeFactor(p imaging.Profile, server capacity.Probe) float64 {
+	std := server.DecompressBytesPerSec[p.Codec.String()]
+	if p.DecodeRate <= 0 || std <= 0 {
+		return 1
+	}
+	return p.DecodeRate / std
+}
+
+// scaleDecode scales every host's decoding rate for codec by f.
+func scaleDecode(net *capacity.Network, codec string, f float64) {
+	for i := range net.Hosts {
+		rates := net.Hosts[i].Resources.CPU.Decompress
+		if v, ok := rates[codec]; ok {
+			scaled := maps.Clone(rates)
+			scaled[codec] = v * f
+			net.Hosts[i].Resources.CPU.Decompress = scaled
+		}
+	}
+}
