@@ -2,6 +2,7 @@ package dolly
 
 import (
 	"bufio"
+	"crypto/hmac"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -25,16 +26,20 @@ const MaxMessage = 1 << 20
 type MsgType string
 
 const (
-	MsgHello    MsgType = "hello"    // node → server: who I am
-	MsgWelcome  MsgType = "welcome"  // server → node: the cast and image
-	MsgReject   MsgType = "reject"   // server → node: you cannot join
-	MsgReady    MsgType = "ready"    // node → server: my target is checked
-	MsgAssign   MsgType = "assign"   // server → node: your place in the plan
-	MsgProgress MsgType = "progress" // node → server: bytes so far
-	MsgDone     MsgType = "done"     // node → server: written and verified
-	MsgFail     MsgType = "fail"     // node → server: I failed, and why
-	MsgResult   MsgType = "result"   // server → node: the server's verdict
-	MsgAbort    MsgType = "abort"    // server → node: the cast is off
+	MsgHello MsgType = "hello" // node → server: who I am
+	// In a keyed cast, before the welcome: the server proves it knows the
+	// cast key, then the node does (see auth.go).
+	MsgChallenge MsgType = "challenge" // server → node: my nonce and proof
+	MsgProof     MsgType = "proof"     // node → server: my proof
+	MsgWelcome   MsgType = "welcome"   // server → node: the cast and image
+	MsgReject    MsgType = "reject"    // server → node: you cannot join
+	MsgReady     MsgType = "ready"     // node → server: my target is checked
+	MsgAssign    MsgType = "assign"    // server → node: your place in the plan
+	MsgProgress  MsgType = "progress"  // node → server: bytes so far
+	MsgDone      MsgType = "done"      // node → server: written and verified
+	MsgFail      MsgType = "fail"      // node → server: I failed, and why
+	MsgResult    MsgType = "result"    // server → node: the server's verdict
+	MsgAbort     MsgType = "abort"     // server → node: the cast is off
 
 	// While the cast runs, the server rewires around failed nodes.
 	MsgAttach       MsgType = "attach"        // server → node: send the stream to this child too
@@ -56,6 +61,8 @@ type Message struct {
 	Result   *Result   `json:"result,omitempty"`
 	// Peer is the child of an attach, detach, attach-failed or child-lost.
 	Peer *Peer `json:"peer,omitempty"`
+	// Auth is the challenge or the proof of a keyed cast's handshake.
+	Auth *Auth `json:"auth,omitempty"`
 	// Reason explains a reject, fail, abort, attach-failed or child-lost.
 	Reason string `json:"reason,omitempty"`
 }
@@ -67,6 +74,9 @@ type Hello struct {
 	MACs     []string `json:"macs,omitempty"`
 	DataAddr string   `json:"data_addr"` // where upstream connects; an empty host means "the address I connect from"
 	Target   string   `json:"target,omitempty"`
+	// Nonce is set by a node that has a cast key: the server must prove it
+	// knows the key over it.
+	Nonce []byte `json:"nonce,omitempty"`
 	// Resume is set by a node that is part of a cast already: it lost the
 	// server and comes back, to a restarted server or the same one.
 	Resume *Resume `json:"resume,omitempty"`
@@ -86,6 +96,12 @@ type Resume struct {
 	Digest string `json:"digest,omitempty"`
 }
 
+// Auth is one step of the key handshake.
+type Auth struct {
+	Nonce []byte `json:"nonce,omitempty"` // the server's, in the challenge
+	Proof []byte `json:"proof"`
+}
+
 // Welcome describes the cast to a node that may join.
 type Welcome struct {
 	Cast        CastID `json:"cast"`
@@ -95,6 +111,9 @@ type Welcome struct {
 	Fingerprint string `json:"fingerprint"`
 	// Resumed says the server takes the node's cast up where it was.
 	Resumed bool `json:"resumed,omitempty"`
+	// Encrypted says frames are encrypted as well as authenticated (in a
+	// keyed cast; the welcome of one travels authenticated).
+	Encrypted bool `json:"encrypted,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to
@@ -167,6 +186,8 @@ func (m *Message) validate() error {
 		missing = m.Result == nil
 	case MsgAttach, MsgDetach, MsgAttachFailed, MsgChildLost:
 		missing = m.Peer == nil
+	case MsgChallenge, MsgProof:
+		missing = m.Auth == nil
 	case MsgReject, MsgFail, MsgAbort, MsgPing:
 	default:
 		return fmt.Errorf("unknown control message type %q", m.Type)
@@ -178,15 +199,30 @@ func (m *Message) validate() error {
 }
 
 // Conn is a control connection. Send is safe for concurrent use; Recv is
-// used by one goroutine.
+// used by one goroutine. Once Authenticate has been called, every message
+// carries a tag and a message without a valid one ends the connection.
 type Conn struct {
 	c   net.Conn
 	r   *bufio.Reader
 	wmu sync.Mutex
+	mac *controlMAC // set once, before concurrent use
 }
 
 // NewConn wraps a connection.
 func NewConn(c net.Conn) *Conn { return &Conn{c: c, r: bufio.NewReader(c)} }
+
+// Authenticate switches the connection to tagged messages under the
+// session key of a finished handshake. server says which end this is.
+func (c *Conn) Authenticate(k Key, nodeNonce, serverNonce []byte, server bool) {
+	m := &controlMAC{key: sessionKey(k, nodeNonce, serverNonce), sendLabel: 'n', recvLabel: 's'}
+	if server {
+		m.sendLabel, m.recvLabel = 's', 'n'
+	}
+	c.mac = m
+}
+
+// Authenticated reports whether messages are tagged.
+func (c *Conn) Authenticated() bool { return c.mac != nil }
 
 // Send writes one message.
 func (c *Conn) Send(m Message) error {
@@ -194,14 +230,22 @@ func (c *Conn) Send(m Message) error {
 	if err != nil {
 		return fmt.Errorf("encoding %s message: %w", m.Type, err)
 	}
-	if len(body) > MaxMessage {
-		return fmt.Errorf("%s message of %d bytes exceeds %d", m.Type, len(body), MaxMessage)
+	n := len(body)
+	if c.mac != nil {
+		n += controlTagLen
 	}
-	buf := make([]byte, 4+len(body))
-	binary.LittleEndian.PutUint32(buf, uint32(len(body)))
-	copy(buf[4:], body)
+	if n > MaxMessage {
+		return fmt.Errorf("%s message of %d bytes exceeds %d", m.Type, n, MaxMessage)
+	}
+	buf := make([]byte, 4, 4+n)
+	binary.LittleEndian.PutUint32(buf, uint32(n))
+	buf = append(buf, body...)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.mac != nil {
+		buf = append(buf, c.mac.tag(c.mac.sendLabel, c.mac.sent, body)...)
+		c.mac.sent++
+	}
 	if _, err := c.c.Write(buf); err != nil {
 		return fmt.Errorf("sending %s message: %w", m.Type, err)
 	}
@@ -214,27 +258,56 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 		c.c.SetReadDeadline(time.Now().Add(timeout))
 		defer c.c.SetReadDeadline(time.Time{})
 	}
-	return ReadMessage(c.r)
+	body, err := readBody(c.r)
+	if err != nil {
+		return Message{}, err
+	}
+	if c.mac != nil {
+		if len(body) < controlTagLen {
+			return Message{}, fmt.Errorf("control message without its tag: %w", ErrAuth)
+		}
+		body, tag := body[:len(body)-controlTagLen], body[len(body)-controlTagLen:]
+		if !hmac.Equal(tag, c.mac.tag(c.mac.recvLabel, c.mac.recv, body)) {
+			return Message{}, fmt.Errorf("control message with a wrong tag (altered, replayed or forged): %w", ErrAuth)
+		}
+		c.mac.recv++
+		return decodeMessage(body)
+	}
+	return decodeMessage(body)
 }
 
-// ReadMessage decodes one length-prefixed message from r.
+// ReadMessage decodes one length-prefixed, untagged message from r.
 func ReadMessage(r io.Reader) (Message, error) {
-	var m Message
+	body, err := readBody(r)
+	if err != nil {
+		return Message{}, err
+	}
+	return decodeMessage(body)
+}
+
+// readBody reads one length-prefixed message body, refusing a length over
+// MaxMessage before allocating for it.
+func readBody(r io.Reader) ([]byte, error) {
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
-		return m, err
+		return nil, err
 	}
 	n := binary.LittleEndian.Uint32(lb[:])
 	if n == 0 || n > MaxMessage {
-		return m, fmt.Errorf("control message of %d bytes (limit %d)", n, MaxMessage)
+		return nil, fmt.Errorf("control message of %d bytes (limit %d)", n, MaxMessage)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return m, fmt.Errorf("reading control message: %w", err)
+		return nil, fmt.Errorf("reading control message: %w", err)
 	}
+	return body, nil
+}
+
+func decodeMessage(body []byte) (Message, error) {
+	var m Message
 	if err := json.Unmarshal(body, &m); err != nil {
 		return m, fmt.Errorf("malformed control message: %w", err)
 	}

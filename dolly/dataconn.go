@@ -1,6 +1,7 @@
 package dolly
 
 import (
+	"crypto/hmac"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -8,51 +9,99 @@ import (
 	"time"
 )
 
-// A data connection opens with a handshake: the upstream sends the stream
-// header, the child answers with its position (the stream bytes it already
-// has, 0 for a fresh start), and the upstream streams on from there. So a
-// child that lost its upstream resumes from the byte it had reached, from
-// whichever node (or the source) it is given next.
+// A data connection opens with a handshake, which also lets each side of a
+// keyed cast prove it knows the key before any image byte moves:
+//
+//	child    → upstream: a nonce
+//	upstream → child:    the stream header, a nonce, the upstream's proof
+//	child    → upstream: its position (the stream bytes it already has,
+//	                     0 for a fresh start) and its proof
+//
+// and the upstream streams on from that position. So a child that lost its
+// upstream resumes from the byte it had reached, from whichever node (or
+// the source) it is given next. In an unkeyed cast the proofs are made
+// without a key: they then only catch a peer that is not a dolly of this
+// cast.
 
 // handshakeTimeout bounds each side's wait for the other's half.
 const handshakeTimeout = 30 * time.Second
 
-// OpenStream sends the header on c, an upstream's new connection to a
-// child, and returns the position the child answered.
-func OpenStream(c net.Conn, h StreamHeader) (int64, error) {
+const proofLen = 32
+
+// OpenStream opens the stream with header h on c, an upstream's new
+// connection to a child, and returns the position the child answered.
+func OpenStream(c net.Conn, h StreamHeader, key *FrameKey) (int64, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer c.SetDeadline(time.Time{})
-	if _, err := c.Write(h.MarshalBinary()); err != nil {
+	childNonce := make([]byte, nonceLen)
+	if _, err := io.ReadFull(c, childNonce); err != nil {
+		return 0, fmt.Errorf("reading the child's nonce: %w", err)
+	}
+	hb := h.MarshalBinary()
+	nonce := newNonce()
+	msg := append(append(hb, nonce...), key.dataProof("upstream", childNonce, nonce, hb)...)
+	if _, err := c.Write(msg); err != nil {
 		return 0, fmt.Errorf("sending the stream header: %w", err)
 	}
-	var b [8]byte
+	var b [8 + proofLen]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return 0, fmt.Errorf("reading the child's position: %w", err)
 	}
-	pos := int64(binary.LittleEndian.Uint64(b[:]))
+	if !hmac.Equal(b[8:], key.dataProof("child", childNonce, nonce, b[:8])) {
+		return 0, fmt.Errorf("the child does not prove the cast key: %w", ErrAuth)
+	}
+	pos := int64(binary.LittleEndian.Uint64(b[:8]))
 	if pos < 0 {
 		return 0, fmt.Errorf("child's position %d out of range", pos)
 	}
 	return pos, nil
 }
 
-// readHeader reads the header an upstream opens a data connection with.
-func readHeader(c net.Conn) (StreamHeader, error) {
-	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	defer c.SetReadDeadline(time.Time{})
-	b := make([]byte, StreamHeaderLen)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return StreamHeader{}, err
-	}
-	return ParseStreamHeader(b)
+// incoming is the upstream's half of a handshake a child has received.
+type incoming struct {
+	c             net.Conn
+	h             StreamHeader
+	header        []byte
+	nonce, theirs []byte
+	proof         []byte
 }
 
-// writePosition answers a header with the position to stream from.
-func writePosition(c net.Conn, pos int64) error {
+// acceptStream sends a child's nonce on c and reads the upstream's header
+// and proof, which verify checks.
+func acceptStream(c net.Conn) (*incoming, error) {
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	in := &incoming{c: c, nonce: newNonce()}
+	if _, err := c.Write(in.nonce); err != nil {
+		return nil, err
+	}
+	b := make([]byte, StreamHeaderLen+nonceLen+proofLen)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	h, err := ParseStreamHeader(b[:StreamHeaderLen])
+	if err != nil {
+		return nil, err
+	}
+	in.h, in.header = h, b[:StreamHeaderLen]
+	in.theirs, in.proof = b[StreamHeaderLen:StreamHeaderLen+nonceLen], b[StreamHeaderLen+nonceLen:]
+	return in, nil
+}
+
+// verify checks the upstream's proof and the header's protection.
+func (in *incoming) verify(key *FrameKey) error {
+	if !hmac.Equal(in.proof, key.dataProof("upstream", in.nonce, in.theirs, in.header)) {
+		return fmt.Errorf("the upstream does not prove the cast key: %w", ErrAuth)
+	}
+	return in.h.Verify(key)
+}
+
+// answer sends the position to stream from, with the child's proof.
+func (in *incoming) answer(key *FrameKey, pos int64) error {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(pos))
-	c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
-	defer c.SetWriteDeadline(time.Time{})
-	_, err := c.Write(b[:])
+	in.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	defer in.c.SetWriteDeadline(time.Time{})
+	_, err := in.c.Write(append(b[:], key.dataProof("child", in.nonce, in.theirs, b[:])...))
 	return err
 }

@@ -36,6 +36,7 @@ type Encoder struct {
 	seq     uint64
 	wire    []byte
 	ended   bool
+	key     *FrameKey // nil: an unkeyed cast
 }
 
 // CheckFrameSize validates a frame size: a multiple of the zero-detection
@@ -134,11 +135,19 @@ func (e *Encoder) Close() error {
 // Header returns the stream header.
 func (e *Encoder) Header() StreamHeader { return e.h }
 
+// SetKey protects the stream with the cast's frame key: every frame gets a
+// tag and, if the key says so, an encrypted payload. Call it before Next.
+func (e *Encoder) SetKey(k *FrameKey) {
+	e.key = k
+	e.h.seal(k)
+}
+
 // Chunk is the next piece of the stream: a frame header and its payload,
 // both valid until the next call to Next.
 type Chunk struct {
 	Header  []byte
 	Payload []byte
+	Tag     []byte // in a keyed cast
 	Kind    FrameKind
 	Raw     int64 // raw image bytes this chunk accounts for (0 if not known)
 }
@@ -234,7 +243,11 @@ func (e *Encoder) takeZeros(flush bool) (Chunk, bool) {
 	e.zeroOff += n
 	e.zeroLen -= n
 	e.wire = AppendFrameHeader(e.wire[:0], f)
-	return Chunk{Header: e.wire, Kind: FrameZero, Raw: n}, true
+	c := Chunk{Header: e.wire, Kind: FrameZero, Raw: n}
+	if e.key != nil {
+		_, c.Tag = e.key.seal(f.Seq, c.Header, nil)
+	}
+	return c, true
 }
 
 func (e *Encoder) dataChunk(off int64, p []byte) Chunk {
@@ -245,7 +258,11 @@ func (e *Encoder) dataChunk(off int64, p []byte) Chunk {
 	if e.h.Encoding.Compressed() {
 		raw = 0 // raw progress of compressed streams is only known after decoding
 	}
-	return Chunk{Header: e.wire, Payload: p, Kind: FrameData, Raw: raw}
+	c := Chunk{Header: e.wire, Payload: p, Kind: FrameData, Raw: raw}
+	if e.key != nil {
+		c.Payload, c.Tag = e.key.seal(f.Seq, c.Header, p)
+	}
+	return c
 }
 
 func (e *Encoder) endChunk() (Chunk, error) {
@@ -260,7 +277,7 @@ func (e *Encoder) endChunk() (Chunk, error) {
 		}
 	}
 	e.ended = true
-	e.wire = append(e.wire[:0], EndFrame(e.seq, End{Digest: e.final, Size: e.h.ImageSize, Frames: e.seq})...)
+	e.wire = append(e.wire[:0], EndFrame(e.seq, End{Digest: e.final, Size: e.h.ImageSize, Frames: e.seq}, e.key)...)
 	return Chunk{Header: e.wire, Kind: FrameEnd}, nil
 }
 

@@ -2,6 +2,7 @@ package dolly
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,7 +38,11 @@ type NodeConfig struct {
 	NoSplice bool
 	// NoProbe skips measuring the machine when joining.
 	NoProbe bool
-	Logger  *slog.Logger
+	// Key is the cast key; with it the node joins only a server that
+	// proves it knows the key, and takes only frames tagged under it.
+	// Without it the node joins only a server that has none.
+	Key    Key
+	Logger *slog.Logger
 }
 
 func (c *NodeConfig) defaults() {
@@ -85,9 +90,12 @@ type node struct {
 	ctl *Conn
 
 	welcome Welcome
-	target  string
-	tg      *imaging.Target
-	relay   *Relay
+	// frameKey checks (and decrypts) the frames of a keyed cast; nil in
+	// an unkeyed one.
+	frameKey *FrameKey
+	target   string
+	tg       *imaging.Target
+	relay    *Relay
 	// header is this cast's stream header, from the first upstream;
 	// headerSet is closed once it is known.
 	header    *StreamHeader
@@ -187,13 +195,48 @@ func (n *node) dialServer(ctx context.Context, limit time.Duration) (*Conn, erro
 	}
 }
 
-func (n *node) hello(c *Conn, resume *Resume) error {
+// join says hello and, in a keyed cast, runs the key handshake: the
+// server's proof is checked before anything else happens. It returns the
+// server's first message after the handshake.
+func (n *node) join(c *Conn, resume *Resume, timeout time.Duration) (Message, error) {
+	var nonce []byte
+	if n.cfg.Key != nil {
+		nonce = newNonce()
+	}
+	if err := n.hello(c, resume, nonce); err != nil {
+		return Message{}, err
+	}
+	m, err := c.Recv(timeout)
+	if err != nil {
+		return m, err
+	}
+	switch {
+	case m.Type == MsgChallenge && n.cfg.Key == nil:
+		return m, fmt.Errorf("%w: the server requires a cast key: run dolly with -key FILE", ErrAuth)
+	case m.Type == MsgChallenge:
+		if !hmac.Equal(m.Auth.Proof, ServerProof(n.cfg.Key, nonce, m.Auth.Nonce, n.cfg.Name)) {
+			c.Send(Message{Type: MsgFail, Reason: "authentication failed: the server's proof does not match this node's cast key"})
+			return m, fmt.Errorf("%w: the server does not know this node's cast key (different -key files?)", ErrAuth)
+		}
+		proof := NodeProof(n.cfg.Key, nonce, m.Auth.Nonce, n.cfg.Name)
+		if err := c.Send(Message{Type: MsgProof, Auth: &Auth{Proof: proof}}); err != nil {
+			return m, err
+		}
+		c.Authenticate(n.cfg.Key, nonce, m.Auth.Nonce, false)
+		return c.Recv(timeout)
+	case n.cfg.Key != nil && m.Type != MsgReject:
+		return m, fmt.Errorf("%w: the server did not prove the cast key (does it run without -key?)", ErrAuth)
+	}
+	return m, nil
+}
+
+func (n *node) hello(c *Conn, resume *Resume, nonce []byte) error {
 	_, port, _ := net.SplitHostPort(n.ln.Addr().String())
 	dataHost, _, _ := net.SplitHostPort(n.cfg.DataListen)
 	if ip := net.ParseIP(dataHost); ip != nil && ip.IsUnspecified() {
 		dataHost = ""
 	}
-	h := Hello{Version: Version, Name: n.cfg.Name, MACs: MACs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target, Resume: resume}
+	h := Hello{Version: Version, Name: n.cfg.Name, MACs: MACs(), DataAddr: net.JoinHostPort(dataHost, port), Target: n.cfg.Target, Resume: resume, Nonce: nonce}
 	return c.Send(Message{Type: MsgHello, Hello: &h})
 }
 
@@ -211,10 +254,7 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 	defer closeCtl()
 	stop := context.AfterFunc(ctx, closeCtl)
 	defer stop()
-	if err := n.hello(c, nil); err != nil {
-		return NodeResult{}, err
-	}
-	m, err := c.Recv(0)
+	m, err := n.join(c, nil, 0)
 	if err != nil {
 		return NodeResult{}, fmt.Errorf("joining: %w", err)
 	}
@@ -228,6 +268,9 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 		return NodeResult{}, fmt.Errorf("joining: unexpected %s message", m.Type)
 	}
 	n.welcome = *m.Welcome
+	if n.cfg.Key != nil {
+		n.frameKey = NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
+	}
 	n.target = n.cfg.Target
 	if n.target == "" {
 		n.target = n.welcome.Target
@@ -501,7 +544,7 @@ func (n *node) receive(h StreamHeader) {
 		n.log.Error("target failed; relaying on for the nodes downstream", "err", err)
 		n.send(Message{Type: MsgFail, Reason: err.Error()})
 	}
-	d, _, err := receive(n.relay.Reader(), h, tg, &n.counters, n.relay.EndSeen, failed)
+	d, _, err := receive(n.relay.Reader(), h, n.frameKey, tg, &n.counters, n.relay.EndSeen, failed)
 	if err == nil {
 		err = tg.Sync()
 	}
@@ -546,7 +589,7 @@ func (n *node) attachChild(ctx context.Context, p Peer) error {
 	if err != nil {
 		return fmt.Errorf("cannot connect to child %s at %s: %w", p.Name, p.Addr, err)
 	}
-	pos, err := OpenStream(c, h)
+	pos, err := OpenStream(c, h, n.frameKey)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("child %s: %w", p.Name, err)
@@ -583,10 +626,13 @@ func (n *node) acceptUpstreams(ctx context.Context, first chan<- StreamHeader) {
 }
 
 func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- StreamHeader) {
-	h, err := readHeader(c)
+	in, err := acceptStream(c)
 	isFirst := false
 	if err == nil {
-		isFirst, err = n.checkHeader(h, first)
+		err = in.verify(n.frameKey)
+	}
+	if err == nil {
+		isFirst, err = n.checkHeader(in.h, first)
 	}
 	if err != nil {
 		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
@@ -610,7 +656,7 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- Stream
 	}
 	pos, err := n.relay.SetUpstream(ctx, up)
 	if err == nil {
-		err = writePosition(c, pos)
+		err = in.answer(n.frameKey, pos)
 	}
 	if err != nil {
 		n.log.Warn("upstream connection failed", "from", c.RemoteAddr(), "err", err)
@@ -662,16 +708,15 @@ func (n *node) reconnect(ctx context.Context) *session {
 		if n.done {
 			resume.Digest = n.digest.String()
 		}
-		if err := n.hello(c, &resume); err == nil {
-			m, err := c.Recv(n.cfg.ServerTimeout)
-			switch {
-			case err != nil:
-			case m.Type == MsgWelcome && m.Welcome.Resumed:
-				n.log.Info("back with the server", "pos", resume.Pos)
-				return n.listen(c)
-			default:
-				n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)
-			}
+		m, err := n.join(c, &resume, n.cfg.ServerTimeout)
+		switch {
+		case err != nil:
+			n.log.Warn("rejoining the server failed", "err", err)
+		case m.Type == MsgWelcome && m.Welcome.Resumed && m.Welcome.Encrypted == n.welcome.Encrypted:
+			n.log.Info("back with the server", "pos", resume.Pos)
+			return n.listen(c)
+		default:
+			n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)
 		}
 		c.Close()
 		select {

@@ -29,17 +29,20 @@ var ErrDigestMismatch = errors.New("content digest differs from the source's")
 // verified and passed over (a relay must still forward it, and knows the
 // stream is complete only from its end frame), and the target's first error
 // is returned at the end.
-func Receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters, endSeen func()) (imaging.Digest, End, error) {
-	return receive(r, h, w, c, endSeen, nil)
+//
+// key is the cast's frame key (nil for an unkeyed cast): every frame's tag
+// is then checked before the frame is written.
+func Receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, c *Counters, endSeen func()) (imaging.Digest, End, error) {
+	return receive(r, h, key, w, c, endSeen, nil)
 }
 
 // receive is Receive with failed, called once when the target first fails.
-func receive(r io.Reader, h StreamHeader, w imaging.BlockWriter, c *Counters, endSeen func(), failed func(error)) (imaging.Digest, End, error) {
+func receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, c *Counters, endSeen func(), failed func(error)) (imaging.Digest, End, error) {
 	if c == nil {
 		c = new(Counters)
 	}
 	fw := &firstError{w: w, failed: failed}
-	fr := NewFrameReader(r, h)
+	fr := NewFrameReader(r, h, key)
 	var (
 		d    imaging.Digest
 		end  End

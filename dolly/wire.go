@@ -16,12 +16,13 @@ import (
 )
 
 // Version is the protocol version; both ends must speak the same one.
-const Version = 1
+const Version = 2
 
 // Stream layout: a StreamHeader, then frames, each a FrameHeader followed by
-// its payload. All integers are little-endian.
+// its payload and, in a keyed cast, its tag (TagLen bytes). All integers
+// are little-endian.
 const (
-	StreamHeaderLen = 64
+	StreamHeaderLen = 64 + TagLen
 	FrameHeaderLen  = 40
 	endPayloadLen   = 48
 
@@ -57,7 +58,22 @@ type StreamHeader struct {
 	// stored, or 0 when the source compresses it on the fly and cannot
 	// know the size in advance.
 	StreamSize int64
+	// Flags say whether frames carry tags and whether payloads are
+	// encrypted; Tag authenticates the header in a keyed cast.
+	Flags StreamFlags
+	Tag   [TagLen]byte
 }
+
+// StreamFlags describe how frames are protected.
+type StreamFlags uint8
+
+const (
+	FlagAuthenticated StreamFlags = 1 << iota // every frame carries a tag
+	FlagEncrypted                             // payloads are encrypted
+)
+
+// Keyed reports whether frames carry tags.
+func (f StreamFlags) Keyed() bool { return f&FlagAuthenticated != 0 }
 
 // MarshalBinary encodes the header.
 func (h StreamHeader) MarshalBinary() []byte {
@@ -65,12 +81,43 @@ func (h StreamHeader) MarshalBinary() []byte {
 	copy(b[0:8], streamMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], h.Version)
 	b[10] = byte(h.Encoding)
+	b[11] = byte(h.Flags)
 	binary.LittleEndian.PutUint32(b[12:], h.FrameSize)
 	copy(b[16:32], h.Cast[:])
 	binary.LittleEndian.PutUint64(b[32:], uint64(h.ImageSize))
 	binary.LittleEndian.PutUint64(b[40:], uint64(h.StreamSize))
 	binary.LittleEndian.PutUint32(b[60:], imaging.CRC32C(b[:60]))
+	copy(b[64:], h.Tag[:])
 	return b
+}
+
+// seal sets the header's flags and tag for key (nil: an unkeyed cast).
+func (h *StreamHeader) seal(key *FrameKey) {
+	h.Flags, h.Tag = 0, [TagLen]byte{}
+	if key == nil {
+		return
+	}
+	h.Flags = FlagAuthenticated
+	if key.Encrypt {
+		h.Flags |= FlagEncrypted
+	}
+	copy(h.Tag[:], key.sealHeader(h.MarshalBinary()[:64]))
+}
+
+// Verify checks that the header is protected as key says the cast is, and
+// that its tag is right.
+func (h StreamHeader) Verify(key *FrameKey) error {
+	switch {
+	case key == nil && h.Flags != 0:
+		return fmt.Errorf("stream header: a keyed stream, but this node has no cast key: %w", ErrAuth)
+	case key == nil:
+		return nil
+	case !h.Flags.Keyed():
+		return fmt.Errorf("stream header: an unauthenticated stream in a keyed cast: %w", ErrAuth)
+	case key.Encrypt != (h.Flags&FlagEncrypted != 0):
+		return fmt.Errorf("stream header: encryption differs from the cast's: %w", ErrAuth)
+	}
+	return key.verifyHeader(h.MarshalBinary()[:64], h.Tag[:])
 }
 
 // ErrNotDolly means the peer did not speak the dolly stream protocol.
@@ -93,11 +140,15 @@ func ParseStreamHeader(b []byte) (StreamHeader, error) {
 		return h, fmt.Errorf("stream header: protocol version %d, this node speaks %d: run the same dolly version on server and nodes", h.Version, Version)
 	}
 	h.Encoding = imaging.Encoding(b[10])
+	h.Flags = StreamFlags(b[11])
+	copy(h.Tag[:], b[64:StreamHeaderLen])
 	h.FrameSize = binary.LittleEndian.Uint32(b[12:])
 	copy(h.Cast[:], b[16:32])
 	h.ImageSize = int64(binary.LittleEndian.Uint64(b[32:]))
 	h.StreamSize = int64(binary.LittleEndian.Uint64(b[40:]))
 	switch {
+	case h.Flags&^(FlagAuthenticated|FlagEncrypted) != 0 || h.Flags == FlagEncrypted:
+		return h, fmt.Errorf("stream header: unknown flags %#x", b[11])
 	case h.Encoding != imaging.Raw && !h.Encoding.Compressed():
 		return h, fmt.Errorf("stream header: unknown encoding %d", b[10])
 	case h.FrameSize == 0 || h.FrameSize > MaxFrameSize:
@@ -172,29 +223,38 @@ func (e End) marshal() []byte {
 	return b
 }
 
-// EndFrame encodes a complete end frame (header and payload).
-func EndFrame(seq uint64, e End) []byte {
+// EndFrame encodes a complete end frame (header, payload and, in a keyed
+// cast, tag).
+func EndFrame(seq uint64, e End, key *FrameKey) []byte {
 	p := e.marshal()
 	b := AppendFrameHeader(nil, Frame{Kind: FrameEnd, Seq: seq, Length: int64(len(p)), CRC: imaging.CRC32C(p)})
-	return append(b, p...)
+	if key == nil {
+		return append(b, p...)
+	}
+	sent, tag := key.seal(seq, b, p)
+	return append(append(b, sent...), tag...)
 }
 
 // FrameReader decodes and checks the frames of one stream. Every frame's
 // header checksum, sequence number, offset and payload CRC are verified
 // before Next returns it, so nothing unverified reaches a disk.
 type FrameReader struct {
-	r    io.Reader
-	h    StreamHeader
-	hdr  [FrameHeaderLen]byte
-	buf  []byte
-	seq  uint64
-	off  int64 // next expected offset
-	done bool
+	r   io.Reader
+	h   StreamHeader
+	key *FrameKey
+	// buf holds a frame whole: header, payload, tag.
+	buf     []byte
+	scratch []byte // for checking tags
+	seq     uint64
+	off     int64 // next expected offset
+	done    bool
 }
 
-// NewFrameReader reads the frames that follow header h from r.
-func NewFrameReader(r io.Reader, h StreamHeader) *FrameReader {
-	return &FrameReader{r: r, h: h, buf: make([]byte, h.FrameSize)}
+// NewFrameReader reads the frames that follow header h from r. key is the
+// cast's frame key (nil for an unkeyed cast); with it, every frame's tag is
+// checked before Next returns the frame.
+func NewFrameReader(r io.Reader, h StreamHeader, key *FrameKey) *FrameReader {
+	return &FrameReader{r: r, h: h, key: key, buf: make([]byte, FrameHeaderLen+max(int(h.FrameSize), endPayloadLen)+TagLen)}
 }
 
 // limit is where offsets end: the raw image or the stored stream (no
@@ -217,13 +277,14 @@ func (fr *FrameReader) Next() (Frame, error) {
 	if fr.done {
 		return Frame{}, io.EOF
 	}
-	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+	hdr := fr.buf[:FrameHeaderLen]
+	if _, err := io.ReadFull(fr.r, hdr); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return Frame{}, fmt.Errorf("frame %d: %w", fr.seq, ErrTruncated)
 		}
 		return Frame{}, fmt.Errorf("frame %d: %w", fr.seq, err)
 	}
-	f, err := parseFrameHeader(fr.hdr[:])
+	f, err := parseFrameHeader(hdr)
 	if err != nil {
 		return f, fmt.Errorf("frame %d: %w", fr.seq, err)
 	}
@@ -260,14 +321,27 @@ func (fr *FrameReader) Next() (Frame, error) {
 			return f, fmt.Errorf("frame %d: %d bytes at offset %d run past the end (%d)", fr.seq, f.Length, f.Offset, fr.limit())
 		}
 	}
+	n := 0
 	if f.Kind == FrameData || f.Kind == FrameEnd {
-		p := fr.buf[:f.Length]
-		if _, err := io.ReadFull(fr.r, p); err != nil {
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				err = ErrTruncated
-			}
-			return f, fmt.Errorf("frame %d payload: %w", fr.seq, err)
+		n = int(f.Length)
+	}
+	rest := n
+	if fr.key != nil {
+		rest += TagLen
+	}
+	if _, err := io.ReadFull(fr.r, fr.buf[FrameHeaderLen:FrameHeaderLen+rest]); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			err = ErrTruncated
 		}
+		return f, fmt.Errorf("frame %d payload: %w", fr.seq, err)
+	}
+	if fr.key != nil {
+		if fr.scratch, err = fr.key.open(f.Seq, fr.buf, FrameHeaderLen, n, fr.scratch); err != nil {
+			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): tag does not verify, the frame was altered or forged: %w", fr.seq, f.Kind, f.Offset, f.Length, err)
+		}
+	}
+	if f.Kind == FrameData || f.Kind == FrameEnd {
+		p := fr.buf[FrameHeaderLen : FrameHeaderLen+n]
 		if got := imaging.CRC32C(p); got != f.CRC {
 			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): payload checksum mismatch (got %08x, want %08x)", fr.seq, f.Kind, f.Offset, f.Length, got, f.CRC)
 		}

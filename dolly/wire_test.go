@@ -56,6 +56,12 @@ func encodeStream(t testing.TB, path string, frameSize int) (StreamHeader, []byt
 // encodeStreamAs renders the stream sent as send (255: as stored).
 func encodeStreamAs(t testing.TB, path string, frameSize int, send imaging.Encoding) (StreamHeader, []byte, *Encoder) {
 	t.Helper()
+	return encodeKeyed(t, path, frameSize, send, nil)
+}
+
+// encodeKeyed is encodeStreamAs for a keyed cast (key nil: unkeyed).
+func encodeKeyed(t testing.TB, path string, frameSize int, send imaging.Encoding, key *FrameKey) (StreamHeader, []byte, *Encoder) {
+	t.Helper()
 	im, err := imaging.OpenImage(path)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +78,7 @@ func encodeStreamAs(t testing.TB, path string, frameSize int, send imaging.Encod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { enc.Close() })
+	enc.SetKey(key)
 	var b bytes.Buffer
 	b.Write(enc.Header().MarshalBinary())
 	for {
@@ -84,6 +91,7 @@ func encodeStreamAs(t testing.TB, path string, frameSize int, send imaging.Encod
 		}
 		b.Write(c.Header)
 		b.Write(c.Payload)
+		b.Write(c.Tag)
 	}
 	h, err := ParseStreamHeader(b.Bytes())
 	if err != nil {
@@ -113,7 +121,7 @@ func makeImages(t testing.TB, size int64, mix testimage.Mix) map[imaging.Encodin
 func TestEncoderFramesCoverTheImage(t *testing.T) {
 	imgs := makeImages(t, 9<<20+4321, testimage.Typical)
 	h, stream, enc := encodeStream(t, imgs[imaging.Raw], 256<<10)
-	fr := NewFrameReader(bytes.NewReader(stream), h)
+	fr := NewFrameReader(bytes.NewReader(stream), h, nil)
 	var data, zero int64
 	kinds := map[FrameKind]int{}
 	for {
@@ -157,6 +165,12 @@ func TestEncoderFramesCoverTheImage(t *testing.T) {
 // receiveInto writes a stream to a target pre-filled with 0xFF.
 func receiveInto(t *testing.T, h StreamHeader, stream []byte) (string, error) {
 	t.Helper()
+	return receiveKeyed(t, h, nil, stream)
+}
+
+// receiveKeyed receives a stream onto a target full of 0xFF.
+func receiveKeyed(t *testing.T, h StreamHeader, key *FrameKey, stream []byte) (string, error) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "target")
 	if err := testimage.Fill(path, 0xFF, h.ImageSize+8192); err != nil {
 		t.Fatal(err)
@@ -166,7 +180,7 @@ func receiveInto(t *testing.T, h StreamHeader, stream []byte) (string, error) {
 		t.Fatal(err)
 	}
 	defer tg.Close()
-	_, _, err = Receive(bytes.NewReader(stream), h, tg, nil, nil)
+	_, _, err = Receive(bytes.NewReader(stream), h, key, tg, nil, nil)
 	return path, err
 }
 

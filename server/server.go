@@ -6,6 +6,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -41,6 +42,11 @@ type Config struct {
 	MaxRate   float64 // source sending rate limit in bytes/s (0: none)
 	FrameSize int
 	Yes       bool // do not ask for confirmation
+	// Key is the cast key: only nodes that prove they know it join, and
+	// every frame carries a tag under it. Encrypt also encrypts the
+	// frames (a keyed cast only).
+	Key     dolly.Key
+	Encrypt bool
 	// After is what netbooted nodes do once verified: "reboot",
 	// "poweroff", "shell" or "" (the node program just exits).
 	After string
@@ -359,6 +365,43 @@ func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
+// authenticate runs the key handshake of a keyed cast with a node that
+// said hello: the server proves it knows the key, then the node must. A
+// node that cannot is refused, and the refusal is shown.
+func (s *Server) authenticate(c *dolly.Conn, h *dolly.Hello) bool {
+	if s.cfg.Key == nil {
+		return true // the node refuses a server without a key if it has one
+	}
+	refuse := func(reason string) bool {
+		s.log.Warn("refused node", "node", h.Name, "from", c.RemoteAddr(), "reason", reason)
+		fmt.Fprintf(s.cfg.Out, "  refused %s from %s: %s\n", h.Name, c.RemoteAddr(), reason)
+		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
+		return false
+	}
+	if len(h.Nonce) == 0 {
+		return refuse("authentication failed: this cast needs the cast key: run dolly with -key FILE")
+	}
+	nonce := make([]byte, 16)
+	rand.Read(nonce)
+	proof := dolly.ServerProof(s.cfg.Key, h.Nonce, nonce, h.Name)
+	if err := c.Send(dolly.Message{Type: dolly.MsgChallenge, Auth: &dolly.Auth{Nonce: nonce, Proof: proof}}); err != nil {
+		return false
+	}
+	m, err := c.Recv(30 * time.Second)
+	switch {
+	case err != nil:
+		return refuse(fmt.Sprintf("authentication failed: no proof: %v", err))
+	case m.Type == dolly.MsgFail:
+		return refuse(m.Reason)
+	case m.Type != dolly.MsgProof:
+		return refuse(fmt.Sprintf("authentication failed: %s message instead of a proof", m.Type))
+	case !hmac.Equal(m.Auth.Proof, dolly.NodeProof(s.cfg.Key, h.Nonce, nonce, h.Name)):
+		return refuse("authentication failed: the node's proof does not match the cast key")
+	}
+	c.Authenticate(s.cfg.Key, h.Nonce, nonce, true)
+	return true
+}
+
 // handleNode serves one node's control connection for its whole life.
 func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 	defer c.Close()
@@ -369,6 +412,9 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 	}
 	if m.Type != dolly.MsgHello {
 		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
+		return
+	}
+	if !s.authenticate(c, m.Hello) {
 		return
 	}
 	// Whether a node may join, and how, depends on the image.
@@ -391,7 +437,7 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 	s.signal()
 	defer s.signal()
 	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
-		Fingerprint: s.fingerprint, Resumed: n.resumed}
+		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt}
 	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
 		s.lostNode(n, c, err)
 		return

@@ -42,6 +42,7 @@ func (s *Server) newSource(send imaging.Encoding, skip int64) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
+	enc.SetKey(s.frameKey())
 	relay, err := dolly.NewRelay(false)
 	if err != nil {
 		enc.Close()
@@ -51,6 +52,15 @@ func (s *Server) newSource(send imaging.Encoding, skip int64) (*source, error) {
 	relay.Linger()      // nodes may need the end of the stream after it was sent
 	src := &source{s: s, enc: enc, relay: relay, header: enc.Header(), skip: skip, digest: make(chan imaging.Digest, 1)}
 	return src, nil
+}
+
+// frameKey is the cast's frame key, nil in an unkeyed cast. It depends on
+// the cast's ID, which a restarted server takes from the nodes.
+func (s *Server) frameKey() *dolly.FrameKey {
+	if s.cfg.Key == nil {
+		return nil
+	}
+	return dolly.NewFrameKey(s.cfg.Key, s.cast, s.cfg.Encrypt)
 }
 
 // run attaches the source's first children, then encodes the image into
@@ -119,7 +129,7 @@ func encode(ctx context.Context, enc *dolly.Encoder, w io.Writer, rate float64, 
 			digest(enc.Digest())
 			end()
 		}
-		bufs := net.Buffers{c.Header, c.Payload}
+		bufs := net.Buffers{c.Header, c.Payload, c.Tag}
 		n, err := bufs.WriteTo(w)
 		if err != nil {
 			return fmt.Errorf("stream: %w", err)
@@ -143,7 +153,7 @@ func (src *source) attach(ctx context.Context, n *nodeState) error {
 	if err != nil {
 		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
-	pos, err := dolly.OpenStream(c, src.header)
+	pos, err := dolly.OpenStream(c, src.header, src.s.frameKey())
 	if err != nil {
 		c.Close()
 		return err
@@ -161,6 +171,9 @@ func (src *source) attach(ctx context.Context, n *nodeState) error {
 func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
 	s := src.s
 	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize, src.header.Encoding)
+	if err == nil {
+		enc.SetKey(src.s.frameKey())
+	}
 	if err != nil {
 		return err
 	}
@@ -175,7 +188,7 @@ func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
 		enc.Close()
 		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
-	pos, err := dolly.OpenStream(c, src.header)
+	pos, err := dolly.OpenStream(c, src.header, src.s.frameKey())
 	if err != nil {
 		c.Close()
 		enc.Close()

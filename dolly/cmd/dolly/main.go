@@ -24,8 +24,15 @@ const usage = `dolly joins a cast run by dolly-server, writes the image to a tar
 forwards it to the next nodes of the plan.
 
 Usage:
-  dolly -server HOST:PORT [-target PATH] [-name NAME]
+  dolly -server HOST:PORT [-target PATH] [-name NAME] [-key FILE]
   dolly probe [-target PATH] [-server HOST:PORT] [-o json]
+  dolly key -o FILE
+
+With -key, the node joins only a server that proves it holds the same cast
+key, and writes only frames whose tags verify under it; without -key it joins
+only a server that has no key. "dolly key -o FILE" makes a key; copy the file
+to the server and the nodes (or put its text on a netbooted node's kernel
+command line as dolly.key=...).
 
 The target is a block device (a partition or a whole disk) or a file. It must
 hold the whole image; it is checked before anything is written and left
@@ -55,6 +62,9 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
 		return probe(os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "key" {
+		return keygen(os.Args[2:])
+	}
 	fs := pflag.NewFlagSet("dolly", pflag.ContinueOnError)
 	fs.SortFlags = false
 	server := fs.String("server", "", "dolly-server's address, HOST:PORT (port 9700 if omitted)")
@@ -64,6 +74,7 @@ func run() int {
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the server cannot be reached within this time (0: keep trying)")
 	reconnectTimeout := fs.Duration("reconnect-timeout", 10*time.Minute, "during a cast, how long to keep trying to reach a lost server (the node keeps its progress)")
 	serverTimeout := fs.Duration("server-timeout", 15*time.Second, "take the server for lost after hearing nothing from it this long")
+	keyFile := fs.String("key", "", "cast key file: authenticate the server and every frame (see dolly key)")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
@@ -90,6 +101,15 @@ func run() int {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		addr += ":9700"
 	}
+	var key dolly.Key
+	if *keyFile != "" {
+		k, err := dolly.ReadKeyFile(*keyFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
+			return 2
+		}
+		key = k
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
@@ -103,6 +123,7 @@ func run() int {
 		ServerTimeout:    *serverTimeout,
 		NoSplice:         *noSplice,
 		NoProbe:          *noProbe,
+		Key:              key,
 		Logger:           cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
@@ -167,5 +188,53 @@ func probe(args []string) int {
 		return 0
 	}
 	fmt.Print(r.Format())
+	return 0
+}
+
+const keyUsage = `dolly key makes a cast key: a random secret that dolly-server -key and
+dolly -key share, so that only nodes holding it join a cast and only a server
+holding it can write their disks.
+
+Usage:
+  dolly key -o FILE
+
+The file is created readable by its owner only, and never overwritten.
+
+Options:
+`
+
+func keygen(args []string) int {
+	fs := pflag.NewFlagSet("dolly key", pflag.ContinueOnError)
+	out := fs.StringP("output", "o", "", "file to write the key to (required)")
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, keyUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(cli.LongDash(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "dolly key: %v\nRun dolly key --help for usage.\n", err)
+		return 2
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "dolly key: -o FILE is required\nRun dolly key --help for usage.\n")
+		return 2
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dolly key: %v\n", err)
+		return 1
+	}
+	_, err = fmt.Fprintln(f, string(dolly.NewKey()))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(*out)
+		fmt.Fprintf(os.Stderr, "dolly key: %v\n", err)
+		return 1
+	}
+	fmt.Printf("dolly key: wrote a new cast key to %s\n", *out)
 	return 0
 }

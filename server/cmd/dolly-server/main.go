@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"dolly/capacity"
+	"dolly/dolly"
 	"dolly/internal/cli"
 	"dolly/server"
 )
@@ -42,6 +43,12 @@ Topologies:
 
 -preview prints the model's prediction for every plan on the network described
 by a topology file (see capacity/README.md) and exits without casting.
+
+Security: with -key FILE (made by "dolly key -o FILE" and copied to the
+nodes) the server and each node prove to each other that they hold the key
+before anything is written, every control message and frame carries a tag
+under it, and -encrypt also encrypts the frames. Without -key, anyone on the
+network can join and receive the image.
 
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
@@ -81,6 +88,8 @@ func run() int {
 	stallTimeout := fs.Duration("stall-timeout", 30*time.Second, "take a node out once it has made no progress this long while its upstream was ahead")
 	progressEvery := fs.Duration("progress-interval", 5*time.Second, "interval of progress lines when not on a terminal")
 	report := fs.String("report", "", "write a JSON record of the cast (plan, prediction, each node's time) to this file")
+	keyFile := fs.String("key", "", "cast key file (dolly key -o FILE): only nodes holding it join, every frame is authenticated")
+	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	fs.Usage = func() {
@@ -187,6 +196,19 @@ func run() int {
 			return usageErr("-max-rate %q: want a rate such as 20MB/s or 100Mbit", *maxRate)
 		}
 		cfg.MaxRate = r
+	}
+	switch {
+	case *keyFile != "":
+		k, err := dolly.ReadKeyFile(*keyFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+			return 2
+		}
+		cfg.Key, cfg.Encrypt = k, *encrypt
+	case *encrypt:
+		return usageErr("-encrypt needs -key FILE (make one with: dolly key -o FILE)")
+	default:
+		fmt.Fprintln(os.Stderr, "dolly-server: warning: no -key: anyone on this network can join the cast and receive the image, and frames are not authenticated")
 	}
 	sum, err := server.Run(ctx, cfg)
 	if *report != "" && sum.Image != "" {
