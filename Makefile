@@ -2,7 +2,7 @@
 GO  ?= go
 BIN ?= bin
 
-.PHONY: all build test demo bench bench-quick bench-relay clean
+.PHONY: all build test demo bench bench-quick bench-relay initramfs clean
 
 all: build
 
@@ -30,6 +30,13 @@ bench-quick: build
 ## bench-relay: CPU per GB of a relay node, dolly against nc | tee | nc
 bench-relay: build
 	$(GO) run ./internal/benchrelay -bin $(BIN)
+
+## initramfs: the netboot initramfs (bin/initramfs.cpio.gz) for the newest /boot/vmlinuz-*
+initramfs:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/dolly-init ./initramfs/cmd/dolly-init
+	CGO_ENABLED=0 GOBIN=$(abspath $(BIN)) $(GO) install github.com/u-root/u-root/cmds/core/gosh@$$($(GO) list -m -f '{{.Version}}' github.com/u-root/u-root)
+	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
+	$(BIN)/mkinitramfs -o $(BIN)/initramfs.cpio.gz -init $(BIN)/dolly-init -shell $(BIN)/gosh
 
 clean:
 	rm -rf $(BIN)

@@ -1,4 +1,15 @@
-// Package boot will hold dolly-server's netboot services: proxyDHCP (and
-// full DHCP for an isolated lab switch), TFTP for iPXE and HTTP for the
-// kernel, the initramfs and the iPXE script.
+// Package boot holds dolly-server's netboot services, which bring lab PCs
+// from PXE firmware to the dolly node:
+//
+//   - DHCP: proxyDHCP by default, which answers only PXE clients, with
+//     boot information and never an address, next to the site's DHCP
+//     server; or full DHCP leasing a range, for an isolated lab switch.
+//     Requests to the PXE boot server port 4011 are answered too.
+//   - TFTP (read-only): iPXE, undionly.kpxe for BIOS clients and ipxe.efi
+//     for x86-64 UEFI clients.
+//   - HTTP: the iPXE script, the kernel and the initramfs.
+//
+// Firmware loads iPXE over TFTP; iPXE asks DHCP again, recognisably, and
+// is sent the script's URL instead, so it boots the kernel over HTTP with
+// dolly.server= on the command line rather than loading itself again.
 package boot

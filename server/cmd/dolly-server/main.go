@@ -44,6 +44,14 @@ Topologies:
 -preview prints the model's prediction for every plan on the network described
 by a topology file (see capacity/README.md) and exits without casting.
 
+-boot also netboots the nodes into dolly: proxyDHCP next to the site's DHCP
+server (or, with -dhcp-range, a DHCP server of its own for an isolated
+switch), TFTP for iPXE and HTTP for the kernel and initramfs, all on
+-interface. It needs root, Debian's ipxe package (or -ipxe-bios and
+-ipxe-efi) and a kernel (default: the newest /boot/vmlinuz-*; Debian's
+linux-image-amd64 is tested). -after tells netbooted nodes what to do once
+their target is verified.
+
 Security: with -key FILE (made by "dolly key -o FILE" and copied to the
 nodes) the server and each node prove to each other that they hold the key
 before anything is written, every control message and frame carries a tag
@@ -56,6 +64,8 @@ travel compressed and are decoded on each node; runs of zeros are not sent.
 Examples:
   dolly-server -image nt.img -chain -nodes 24 -target /dev/sda2
   dolly-server -image nt.img.zst -tree 2 -nodes 8 -max-rate 50MB/s -yes
+  dolly-server -image nt.img -nodes 24 -target /dev/sda2 -boot -interface eth1 -after reboot
+  dolly-server -image nt.img -nodes 8 -boot -interface eth1 -dhcp-range 198.18.0.100-198.18.0.199
   dolly-server -preview -topology capacity/examples/patagonia-gbe.json
 
 Options:
@@ -92,6 +102,7 @@ func run() int {
 	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
+	bootf := addBootFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(os.Stderr, usage)
 		fs.PrintDefaults()
@@ -196,6 +207,13 @@ func run() int {
 			return usageErr("-max-rate %q: want a rate such as 20MB/s or 100Mbit", *maxRate)
 		}
 		cfg.MaxRate = r
+	}
+	if cfg.After, err = bootf.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	if _, err := bootf.start(ctx, cfg.Listen, cfg.Logger); err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		return 1
 	}
 	switch {
 	case *keyFile != "":

@@ -1,0 +1,91 @@
+package boot
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// Script returns the iPXE script that boots the kernel and initramfs
+// served under base (http://IP:PORT) with the kernel command line args.
+// "initrd=initramfs" names the initrd image for kernels booted through
+// their EFI stub.
+func Script(base string, args []string) string {
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	fmt.Fprintf(&b, "kernel %s/vmlinuz initrd=initramfs", base)
+	for _, a := range args {
+		b.WriteString(" " + a)
+	}
+	fmt.Fprintf(&b, "\ninitrd %s/initramfs\nboot\n", base)
+	return b.String()
+}
+
+// httpHandler serves the iPXE script, the kernel and the initramfs, and
+// nothing else.
+func httpHandler(script, kernel, initramfs string, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, script)
+	})
+	mux.HandleFunc("GET /vmlinuz", serveFile(kernel))
+	mux.HandleFunc("GET /initramfs", serveFile(initramfs))
+	return logRequests(mux, log)
+}
+
+// serveFile serves path, opened afresh per request so that a rebuilt
+// initramfs is picked up without a restart. ServeContent answers HEAD and
+// range requests, which iPXE may use.
+func serveFile(path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(path)
+		if err != nil {
+			http.Error(w, "cannot open the file", http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			http.Error(w, "cannot open the file", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", fi.ModTime(), f)
+	}
+}
+
+// logRequests logs every request once it is answered.
+func logRequests(h http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		log.Info("http", "method", r.Method, "path", r.URL.Path, "client", r.RemoteAddr,
+			"status", rec.status, "bytes", rec.n, "duration", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// recorder notes the status and size of a response for the log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (r *recorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(b)
+	r.n += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

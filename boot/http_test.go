@@ -1,0 +1,99 @@
+package boot
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeFile writes n pseudo-random bytes to a new file in dir.
+func writeFile(t *testing.T, dir, name string, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	x := uint32(len(name))
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestScript(t *testing.T) {
+	got := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700", "console=tty0", "dolly.key=abc"})
+	want := "#!ipxe\n" +
+		"kernel http://198.18.0.1:9701/vmlinuz initrd=initramfs dolly.server=198.18.0.1:9700 console=tty0 dolly.key=abc\n" +
+		"initrd http://198.18.0.1:9701/initramfs\n" +
+		"boot\n"
+	if got != want {
+		t.Errorf("Script:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestHTTP(t *testing.T) {
+	dir := t.TempDir()
+	kernel := writeFile(t, dir, "vmlinuz-6.1.0-56-amd64", 300_001)
+	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 123_457)
+	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
+	var log bytes.Buffer
+	srv := httptest.NewServer(httpHandler(script, kernel, initramfs, slog.New(slog.NewTextHandler(&log, nil))))
+	defer srv.Close()
+
+	fileBytes := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	tests := []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"GET", "/boot.ipxe", 200, script},
+		{"GET", "/vmlinuz", 200, fileBytes(kernel)},
+		{"GET", "/initramfs", 200, fileBytes(initramfs)},
+		{"HEAD", "/vmlinuz", 200, ""},
+		{"GET", "/", 404, ""},
+		{"GET", "/../etc/passwd", 404, ""},
+		{"GET", "/vmlinuz/x", 404, ""},
+		{"POST", "/vmlinuz", 405, ""},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequest(tt.method, srv.URL+tt.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s %s: status %d, want %d", tt.method, tt.path, resp.StatusCode, tt.status)
+			continue
+		}
+		if tt.status == 200 && string(body) != tt.body {
+			t.Errorf("%s %s: %d bytes differ from the %d expected", tt.method, tt.path, len(body), len(tt.body))
+		}
+	}
+	for _, want := range []string{"path=/boot.ipxe", "path=/initramfs", "status=200 bytes=123457", "status=404"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"dolly/boot"
+)
+
+// bootFlags are the flags of the netboot services (-boot).
+type bootFlags struct {
+	fs         *pflag.FlagSet
+	enabled    *bool
+	iface      *string
+	dhcpRange  *string
+	router     *string
+	kernel     *string
+	initramfs  *string
+	kernelArgs *string
+	ipxeBIOS   *string
+	ipxeEFI    *string
+	httpPort   *int
+	after      *string
+}
+
+// flags that only mean something with -boot
+var bootOnly = []string{"interface", "dhcp-range", "router", "kernel", "initramfs", "kernel-args", "ipxe-bios", "ipxe-efi", "http-port"}
+
+func addBootFlags(fs *pflag.FlagSet) *bootFlags {
+	return &bootFlags{
+		fs:         fs,
+		enabled:    fs.Bool("boot", false, "netboot the nodes: proxyDHCP (or DHCP with -dhcp-range), TFTP and HTTP"),
+		iface:      fs.String("interface", "", "network interface to netboot on (default: the only one with IPv4)"),
+		dhcpRange:  fs.String("dhcp-range", "", "lease addresses FROM-TO as a full DHCP server, for a switch without one"),
+		router:     fs.String("router", "", "default gateway handed out with -dhcp-range (default: none)"),
+		kernel:     fs.String("kernel", "", "kernel the nodes boot (default: the newest /boot/vmlinuz-*)"),
+		initramfs:  fs.String("initramfs", "", "initramfs the nodes boot (default: initramfs.cpio.gz next to dolly-server)"),
+		kernelArgs: fs.String("kernel-args", "", "extra kernel command line arguments for the nodes"),
+		ipxeBIOS:   fs.String("ipxe-bios", boot.DefaultBIOSFile, "iPXE for BIOS clients"),
+		ipxeEFI:    fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
+		httpPort:   fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
+		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none"),
+	}
+}
+
+// check validates the flags and returns the nodes' after-cast action as
+// server.Config.After wants it.
+func (b *bootFlags) check() (after string, err error) {
+	if !*b.enabled {
+		for _, name := range bootOnly {
+			if b.fs.Changed(name) {
+				return "", fmt.Errorf("-%s needs -boot", name)
+			}
+		}
+	}
+	if *b.dhcpRange != "" {
+		if _, _, err := boot.ParseRange(*b.dhcpRange); err != nil {
+			return "", fmt.Errorf("-dhcp-range: %w", err)
+		}
+	}
+	if *b.router != "" {
+		if a, err := netip.ParseAddr(*b.router); err != nil || !a.Is4() {
+			return "", fmt.Errorf("-router %q: want an IPv4 address", *b.router)
+		}
+		if *b.dhcpRange == "" {
+			return "", fmt.Errorf("-router needs -dhcp-range: with proxyDHCP the site's DHCP server names the router")
+		}
+	}
+	switch *b.after {
+	case "reboot", "poweroff", "shell":
+		return *b.after, nil
+	case "none", "":
+		return "", nil
+	}
+	return "", fmt.Errorf("-after %q: want reboot, poweroff, shell or none", *b.after)
+}
+
+// start starts the netboot services if -boot is set. They run until ctx
+// is done; a failure is logged and sent on errc. controlAddr is the
+// address nodes are told to join.
+func (b *bootFlags) start(ctx context.Context, controlAddr string, logger *slog.Logger) (errc <-chan error, err error) {
+	if !*b.enabled {
+		return nil, nil
+	}
+	cfg := boot.Config{
+		Interface:   *b.iface,
+		BIOSFile:    *b.ipxeBIOS,
+		EFIFile:     *b.ipxeEFI,
+		Kernel:      *b.kernel,
+		Initramfs:   *b.initramfs,
+		ControlAddr: controlAddr,
+		KernelArgs:  strings.Fields(*b.kernelArgs),
+		HTTPPort:    *b.httpPort,
+		Logger:      logger,
+	}
+	if *b.dhcpRange != "" {
+		if cfg.RangeFrom, cfg.RangeTo, err = boot.ParseRange(*b.dhcpRange); err != nil {
+			return nil, fmt.Errorf("-dhcp-range: %w", err)
+		}
+	}
+	if *b.router != "" {
+		if cfg.Router, err = netip.ParseAddr(*b.router); err != nil {
+			return nil, fmt.Errorf("-router: %w", err)
+		}
+	}
+	if cfg.Kernel == "" {
+		if cfg.Kernel, err = boot.DefaultKernel(); err != nil {
+			return nil, fmt.Errorf("-boot: %w", err)
+		}
+	}
+	if cfg.Initramfs == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("-boot: finding the default initramfs: %w: pass -initramfs PATH", err)
+		}
+		cfg.Initramfs = filepath.Join(filepath.Dir(exe), "initramfs.cpio.gz")
+	}
+	s, err := boot.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("-boot: %w", err)
+	}
+	fmt.Printf("netboot: %s; kernel %s, initramfs %s\n", s.Mode(), cfg.Kernel, cfg.Initramfs)
+	c := make(chan error, 1)
+	go func() {
+		err := s.Serve(ctx)
+		if err != nil {
+			logger.Error("netboot stopped", "err", err)
+		}
+		c <- err
+	}()
+	return c, nil
+}
