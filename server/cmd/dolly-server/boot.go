@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"dolly/boot"
+	"dolly/dolly"
 )
 
 // bootFlags are the flags of the netboot services (-boot).
@@ -85,9 +86,18 @@ func (b *bootFlags) check() (after string, err error) {
 // start starts the netboot services if -boot is set. They run until ctx
 // is done; a failure is logged and sent on errc. controlAddr is the
 // address nodes are told to join.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, logger *slog.Logger) (errc <-chan error, err error) {
+//
+// With a cast key, the nodes find it on their kernel command line
+// (dolly.key=). Whoever can fetch the iPXE script can then read it: the
+// boot network must be one only the lab's machines reach.
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key dolly.Key, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
+	}
+	args := strings.Fields(*b.kernelArgs)
+	if key != nil {
+		args = append(args, "dolly.key="+string(key))
+		fmt.Fprintln(os.Stderr, "dolly-server: note: netbooted nodes get the cast key on their kernel command line; anyone who can fetch the iPXE script over -interface can read it")
 	}
 	cfg := boot.Config{
 		Interface:   *b.iface,
@@ -96,7 +106,7 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, logger *slog.
 		Kernel:      *b.kernel,
 		Initramfs:   *b.initramfs,
 		ControlAddr: controlAddr,
-		KernelArgs:  strings.Fields(*b.kernelArgs),
+		KernelArgs:  args,
 		HTTPPort:    *b.httpPort,
 		Logger:      logger,
 	}

@@ -208,13 +208,6 @@ func run() int {
 		}
 		cfg.MaxRate = r
 	}
-	if cfg.After, err = bootf.check(); err != nil {
-		return usageErr("%v", err)
-	}
-	if _, err := bootf.start(ctx, cfg.Listen, cfg.Logger); err != nil {
-		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
-		return 1
-	}
 	switch {
 	case *keyFile != "":
 		k, err := dolly.ReadKeyFile(*keyFile)
@@ -227,6 +220,13 @@ func run() int {
 		return usageErr("-encrypt needs -key FILE (make one with: dolly key -o FILE)")
 	default:
 		fmt.Fprintln(os.Stderr, "dolly-server: warning: no -key: anyone on this network can join the cast and receive the image, and frames are not authenticated")
+	}
+	if cfg.After, err = bootf.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, cfg.Logger); err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		return 1
 	}
 	sum, err := server.Run(ctx, cfg)
 	if *report != "" && sum.Image != "" {
