@@ -152,3 +152,55 @@ func TestFailedCastLeaksNothing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // nothing to wait on: goroutines wind down
 	}
 }
+
+// TestCheckNodesTakesOutSilentAndStalledNodes checks the rules that take a
+// node out: silence past the node timeout; no progress past the stall
+// timeout while its upstream is well ahead. A node that is slow but
+// moving, or that waits on an upstream with nothing more to give, stays.
+func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
+	now := time.Now()
+	cfg := Config{NodeTimeout: 5 * time.Second, StallTimeout: 30 * time.Second}
+	cfg.defaults()
+	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{}}
+	s.src.sent.Store(100 << 20)
+	conn := func() *dolly.Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		go func() { // the node's end: take the pings
+			buf := make([]byte, 4096)
+			for {
+				if _, err := b.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		return dolly.NewConn(a)
+	}
+	node := func(name string, parent *nodeState, pos int64, heard, moved time.Duration) *nodeState {
+		return &nodeState{name: name, conn: conn(), status: stCasting, inTree: true, parent: parent, pos: pos,
+			lastHeard: now.Add(-heard), lastMoved: now.Add(-moved)}
+	}
+	healthy := node("healthy", nil, 90<<20, time.Second, time.Second)
+	silent := node("silent", healthy, 50<<20, 6*time.Second, time.Second)
+	stalled := node("stalled", healthy, 10<<20, time.Second, 31*time.Second)
+	waiting := node("waiting", stalled, 10<<20-1<<20, time.Second, 40*time.Second) // its upstream has little more
+	slow := node("slow", healthy, 20<<20, time.Second, 2*time.Second)
+	s.castNodes = []*nodeState{healthy, silent, stalled, waiting, slow}
+	s.checkNodes(now)
+	close(s.events)
+	got := map[string]string{}
+	for e := range s.events {
+		got[e.node.name] = e.reason
+	}
+	want := map[string]string{"silent": "no word from it", "stalled": "stalled: no progress"}
+	for name, reason := range want {
+		if !strings.Contains(got[name], reason) {
+			t.Errorf("%s: reason %q, want %q", name, got[name], reason)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s taken out: %s", name, got[name])
+		}
+	}
+}
