@@ -1,8 +1,11 @@
-// Package cli holds what dolly's two commands share on the command line:
-// Go-style single-dash long flags on pflag, terminal detection and logging.
+// Package cli holds what dolly's commands share on the command line:
+// Go-style single-dash long flags on pflag, usage errors, terminal
+// detection and logging.
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -24,13 +27,33 @@ func LongDash(fs *pflag.FlagSet, args []string) []string {
 		}
 		if len(a) > 2 && a[0] == '-' && a[1] != '-' {
 			name, _, _ := strings.Cut(a[1:], "=")
-			if fs.Lookup(name) != nil {
+			// A known long flag, or a word that is no cluster of
+			// shorthands: then pflag's error names it whole.
+			if fs.Lookup(name) != nil || isWord(name) && !isShorthands(fs, name) {
 				a = "-" + a
 			}
 		}
 		out = append(out, a)
 	}
 	return out
+}
+
+func isWord(s string) bool {
+	for i, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && (c == '-' || c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return true
+}
+
+func isShorthands(fs *pflag.FlagSet, s string) bool {
+	for _, c := range s {
+		if fs.ShorthandLookup(string(c)) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // IsTerminal reports whether f is a terminal.
@@ -50,4 +73,33 @@ func Logger(w io.Writer, info, debug bool) *slog.Logger {
 		level = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// Parse parses args into fs, taking single-dash long flags too, with usage
+// (followed by the flags' defaults) as the help text. It returns -1 when
+// the command goes on, or the exit code to end with: 0 after --help, 2 for
+// bad flags or arguments (which takes none).
+func Parse(fs *pflag.FlagSet, usage string, args []string) int {
+	fs.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(LongDash(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return UsageError(fs.Name(), "%v", err)
+	}
+	if fs.NArg() > 0 {
+		return UsageError(fs.Name(), "unexpected argument %q", fs.Arg(0))
+	}
+	return -1
+}
+
+// UsageError prints a command-line mistake with a pointer to --help and
+// returns exit code 2.
+func UsageError(name, format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "%s: %s\nRun %s --help for usage.\n", name, fmt.Sprintf(format, a...), name)
+	return 2
 }

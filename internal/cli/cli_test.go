@@ -21,7 +21,8 @@ func TestLongDash(t *testing.T) {
 		{[]string{"--image=nt.img", "-tree=2"}, []string{"--image=nt.img", "--tree=2"}},
 		{[]string{"-max-rate", "20MB/s", "-y"}, []string{"--max-rate", "20MB/s", "-y"}},
 		{[]string{"-image", "-chain-ish.img"}, []string{"--image", "-chain-ish.img"}},
-		{[]string{"-bogus", "--", "-image"}, []string{"-bogus", "--", "-image"}},
+		{[]string{"-bogus", "--", "-image"}, []string{"--bogus", "--", "-image"}}, // so the error names -bogus whole
+		{[]string{"-yy", "-5"}, []string{"-yy", "-5"}},
 	}
 	for _, tt := range tests {
 		if got := LongDash(fs, tt.in); !slices.Equal(got, tt.want) {

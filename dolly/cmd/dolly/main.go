@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -66,7 +65,6 @@ func run() int {
 		return keygen(os.Args[2:])
 	}
 	fs := pflag.NewFlagSet("dolly", pflag.ContinueOnError)
-	fs.SortFlags = false
 	server := fs.String("server", "", "dolly-server's address, HOST:PORT (port 9700 if omitted)")
 	target := fs.String("target", "", "block device or file to write the image to")
 	name := fs.String("name", "", "name shown by the server (default: hostname)")
@@ -78,24 +76,11 @@ func run() int {
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(cli.LongDash(fs, os.Args[1:])); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "dolly: %v\nRun dolly --help for usage.\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "dolly: unexpected argument %q\nRun dolly --help for usage.\n", fs.Arg(0))
-		return 2
+	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
+		return code
 	}
 	if *server == "" {
-		fmt.Fprintf(os.Stderr, "dolly: -server is required\nRun dolly --help for usage.\n")
-		return 2
+		return cli.UsageError("dolly", "-server is required")
 	}
 	addr := *server
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -151,22 +136,13 @@ Options:
 
 func probe(args []string) int {
 	fs := pflag.NewFlagSet("dolly probe", pflag.ContinueOnError)
-	fs.SortFlags = false
 	target := fs.String("target", "", "block device or file to measure the write rate of")
 	server := fs.String("server", "", "measure the interface that reaches this address")
 	output := fs.StringP("output", "o", "text", "text or json")
 	compress := fs.Bool("compress", false, "also measure zstd compression (what the server does on the fly)")
 	budget := fs.Duration("budget", 250*time.Millisecond, "time for each measurement (longer is steadier)")
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, probeUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(cli.LongDash(fs, args)); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "dolly probe: %v\nRun dolly probe --help for usage.\n", err)
-		return 2
+	if code := cli.Parse(fs, probeUsage, args); code >= 0 {
+		return code
 	}
 	if *output != "text" && *output != "json" {
 		fmt.Fprintf(os.Stderr, "dolly probe: -o %q: want text or json\n", *output)
@@ -206,20 +182,11 @@ Options:
 func keygen(args []string) int {
 	fs := pflag.NewFlagSet("dolly key", pflag.ContinueOnError)
 	out := fs.StringP("output", "o", "", "file to write the key to (required)")
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, keyUsage)
-		fs.PrintDefaults()
+	if code := cli.Parse(fs, keyUsage, args); code >= 0 {
+		return code
 	}
-	if err := fs.Parse(cli.LongDash(fs, args)); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "dolly key: %v\nRun dolly key --help for usage.\n", err)
-		return 2
-	}
-	if *out == "" || fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "dolly key: -o FILE is required\nRun dolly key --help for usage.\n")
-		return 2
+	if *out == "" {
+		return cli.UsageError("dolly key", "-o FILE is required")
 	}
 	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -50,7 +49,6 @@ func main() {
 
 func run() int {
 	fs := pflag.NewFlagSet("mkinitramfs", pflag.ContinueOnError)
-	fs.SortFlags = false
 	output := fs.StringP("output", "o", "", "the initramfs file to write (required)")
 	kernel := fs.String("kernel", "", "kernel image the initramfs is for (default: the newest /boot/vmlinuz-*)")
 	modules := fs.String("modules", "", "kernel modules directory to take modules from (default: /lib/modules/VERSION of -kernel)")
@@ -58,24 +56,11 @@ func run() int {
 	shell := fs.String("shell", "bin/gosh", "the rescue shell (\"\" for none)")
 	noModules := fs.Bool("no-modules", false, "include no kernel modules (for a kernel with its drivers built in)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(cli.LongDash(fs, os.Args[1:])); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "mkinitramfs: %v\nRun mkinitramfs --help for usage.\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "mkinitramfs: unexpected argument %q\nRun mkinitramfs --help for usage.\n", fs.Arg(0))
-		return 2
+	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
+		return code
 	}
 	if *output == "" {
-		fmt.Fprintf(os.Stderr, "mkinitramfs: -o FILE is required\nRun mkinitramfs --help for usage.\n")
-		return 2
+		return cli.UsageError("mkinitramfs", "-o FILE is required")
 	}
 
 	opts := initramfs.Options{

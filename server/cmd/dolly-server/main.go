@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -77,7 +76,6 @@ func main() {
 
 func run() int {
 	fs := pflag.NewFlagSet("dolly-server", pflag.ContinueOnError)
-	fs.SortFlags = false
 	image := fs.String("image", "", "image file or block device to cast (required to cast)")
 	auto := fs.Bool("auto", false, "let the capacity model choose the plan (default)")
 	chain := fs.Bool("chain", false, "cast along a multi-drop chain")
@@ -103,24 +101,10 @@ func run() int {
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	bootf := addBootFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, usage)
-		fs.PrintDefaults()
+	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
+		return code
 	}
-	if err := fs.Parse(cli.LongDash(fs, os.Args[1:])); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "dolly-server: %v\nRun dolly-server --help for usage.\n", err)
-		return 2
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "dolly-server: "+format+"\nRun dolly-server --help for usage.\n", a...)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
-	}
+	usageErr := func(format string, a ...any) int { return cli.UsageError("dolly-server", format, a...) }
 	var topo *capacity.Topology
 	if *topology != "" {
 		f, err := os.Open(*topology)
