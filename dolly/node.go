@@ -38,6 +38,8 @@ type NodeConfig struct {
 	NoSplice bool
 	// NoProbe skips measuring the machine when joining.
 	NoProbe bool
+	// Force writes over a target that is mounted or in use.
+	Force bool
 	// Key is the cast key; with it the node joins only a server that
 	// proves it knows the key, and takes only frames tagged under it.
 	// Without it the node joins only a server that has none.
@@ -282,6 +284,11 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 		return NodeResult{}, n.fail(err.Error())
 	} else {
 		n.target = t
+	}
+	// The disk this machine runs from is never overwritten; one that is
+	// mounted or held by someone is, only if the admin insists.
+	if err := imaging.CheckTargetUse(n.target); err != nil && !(n.cfg.Force && errors.Is(err, imaging.ErrTargetInUse)) {
+		return NodeResult{}, n.fail(err.Error())
 	}
 	info, err := imaging.CheckTarget(n.target, n.welcome.ImageSize)
 	if err != nil {

@@ -27,7 +27,7 @@ type Image struct {
 	// known after Scan.
 	ZeroBytes  int64
 	decodeRate float64 // raw bytes per CPU second, measured by Scan
-	f         *os.File
+	f          *os.File
 }
 
 // OpenImage opens an image and detects its encoding from its first bytes.

@@ -438,7 +438,7 @@ type countingTarget struct {
 }
 
 func (c *countingTarget) WriteAt(p []byte, off int64) (int, error) { c.writes++; return len(p), nil }
-func (c *countingTarget) ZeroRange(off, n int64) error           { c.zeroes++; c.zeroed += n; return nil }
+func (c *countingTarget) ZeroRange(off, n int64) error             { c.zeroes++; c.zeroed += n; return nil }
 
 // A long run of zeros crosses many chunks; it must be zeroed in one call,
 // not one per chunk (each call is a hole punch or BLKZEROOUT).

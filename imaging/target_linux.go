@@ -56,7 +56,9 @@ func (z *linuxZeroer) blockZero(off, n int64) error {
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, z.f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r)))
 	switch {
 	case errno == 0:
-	case errno == unix.EOPNOTSUPP || errno == unix.ENOTTY || errno == unix.EINVAL:
+	case errno == unix.EOPNOTSUPP || errno == unix.ENOTTY || errno == unix.EINVAL || errno == unix.EBUSY:
+		// EBUSY: the device is claimed (a file system still mounted on
+		// it, written over with -force); plain writes still go through.
 		z.fast = false
 		if err := writeZeros(z.f, start, end-start); err != nil {
 			return err

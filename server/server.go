@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -465,6 +466,9 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (n *nodeState, returned
 	if h.Name == "" {
 		return nil, false, "node has no name: give it -name"
 	}
+	if err := checkHello(h); err != nil {
+		return nil, false, err.Error()
+	}
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	dhost, dport, err := net.SplitHostPort(h.DataAddr)
 	if err != nil || dport == "" {
@@ -494,6 +498,32 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (n *nodeState, returned
 	s.byName[n.name] = n
 	s.printRoll("joined", n)
 	return n, false, ""
+}
+
+// checkHello bounds what a hello may carry: names and paths end up in the
+// admin's view and the report.
+func checkHello(h *dolly.Hello) error {
+	if len(h.Name) > 64 || strings.IndexFunc(h.Name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == ':')
+	}) >= 0 {
+		return fmt.Errorf("node name %.64q: use at most 64 letters, digits, '-', '_', '.' or ':'", h.Name)
+	}
+	switch {
+	case len(h.MACs) > 64:
+		return fmt.Errorf("hello lists %d MAC addresses (at most 64)", len(h.MACs))
+	case len(h.Target) > 4096 || strings.ContainsAny(h.Target, "\x00\n"):
+		return errors.New("target path too long or not printable")
+	case len(h.DataAddr) > 256:
+		return errors.New("data address too long")
+	case h.Nonce != nil && len(h.Nonce) != 16:
+		return fmt.Errorf("nonce of %d bytes, want 16", len(h.Nonce))
+	}
+	for _, m := range h.MACs {
+		if len(m) > 32 {
+			return errors.New("MAC address too long")
+		}
+	}
+	return nil
 }
 
 // registerResumed takes a node that is part of a cast already: one of this

@@ -72,6 +72,7 @@ func run() int {
 	joinTimeout := fs.Duration("join-timeout", 0, "give up if the server cannot be reached within this time (0: keep trying)")
 	reconnectTimeout := fs.Duration("reconnect-timeout", 10*time.Minute, "during a cast, how long to keep trying to reach a lost server (the node keeps its progress)")
 	serverTimeout := fs.Duration("server-timeout", 15*time.Second, "take the server for lost after hearing nothing from it this long")
+	force := fs.Bool("force", false, "write even to a target that is mounted or in use (never to the disk this machine runs from)")
 	keyFile := fs.String("key", "", "cast key file: authenticate the server and every frame (see dolly key)")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
@@ -109,6 +110,7 @@ func run() int {
 		NoSplice:         *noSplice,
 		NoProbe:          *noProbe,
 		Key:              key,
+		Force:            *force,
 		Logger:           cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
