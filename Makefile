@@ -63,5 +63,10 @@ initramfs:
 	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
 	$(BIN)/mkinitramfs -o $(BIN)/initramfs.cpio.gz -init $(BIN)/dolly-init -shell $(BIN)/gosh
 
+## netboot-test: 3 qemu VMs PXE-boot from dolly-server -boot and clone an image (root, qemu, ~2 min)
+.PHONY: netboot-test
+netboot-test: build initramfs
+	DOLLY_NETBOOT=1 DOLLY_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run TestNetbootCast -timeout 15m ./internal/netboot
+
 clean:
 	rm -rf $(BIN)

@@ -69,7 +69,7 @@ func main() {
 		banner(console, "FAILED", err.Error())
 		rescue(log, console, err)
 	}
-	banner(console, "VERIFIED", fmt.Sprintf("%s written to %s in %s, sha256 %s",
+	banner(console, "VERIFIED", fmt.Sprintf("%s written to %s in %s, content digest %s (the server's)",
 		imaging.FormatBytes(res.Written), res.Target, res.Elapsed.Round(time.Second), res.Digest))
 	after, source := res.After, "server"
 	if after == "" {

@@ -1,0 +1,295 @@
+package netboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/boot"
+	"dolly/internal/sampleimage"
+	"dolly/internal/testenv"
+)
+
+const (
+	nodes     = 3
+	imageSize = 64 << 20
+	diskSize  = 80 << 20
+	// deadline bounds the whole cast, from building the image to the
+	// last machine powering off; CI gives the test 10 minutes.
+	deadline = 9 * time.Minute
+)
+
+// milestones are what a machine's console shows on its way, in order:
+// the name the timeline gives each and the text that marks it. A line is
+// stamped when it ends: iPXE ends the initramfs line once the download
+// is done, and the kernel's first line shows once its serial console is
+// up, after the kernel has unpacked itself. iPXE reports its network
+// configured only after some 16 s: it waits in vain for an IPv6 router.
+var milestones = []struct{ name, text string }{
+	{"iPXE configured", "Filename:"},
+	{"kernel+initramfs loaded", "/initramfs..."},
+	{"Linux console", "Linux version"},
+	{"drivers", "drivers loaded"},
+	{"lease", `msg="DHCP lease"`},
+	{"joined", "msg=joined"},
+	{"verified", verifiedText},
+	{"off", "reboot: Power down"},
+}
+
+const verifiedText = "cast VERIFIED"
+
+// TestNetbootCast PXE-boots three qemu machines with blank disks from
+// dolly-server -boot (full DHCP), has them clone an ext4 image along a
+// chain and power off, and checks every disk against the image.
+func TestNetbootCast(t *testing.T) {
+	if os.Getenv("DOLLY_NETBOOT") == "" {
+		t.Skip("skipped: boots 3 qemu machines, several minutes: run make netboot-test (or set DOLLY_NETBOOT=1)")
+	}
+	testenv.RequireRoot(t)
+	testenv.RequireProgram(t, "ip", "iproute2")
+	testenv.RequireProgram(t, "qemu-system-x86_64", "qemu-system-x86")
+	testenv.RequireProgram(t, "mkfs.ext4", "e2fsprogs")
+	// QEMU's iPXE ROM for virtio-net does the PXE boot; dolly-server
+	// wants Debian's ipxe files to serve to machines without iPXE.
+	requireFile(t, "/usr/lib/ipxe/qemu/efi-virtio.rom", "needs Debian package ipxe-qemu")
+	requireFile(t, boot.DefaultBIOSFile, "needs Debian package ipxe")
+	requireFile(t, boot.DefaultEFIFile, "needs Debian package ipxe")
+	kernel, err := boot.DefaultKernel()
+	if err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	bin := os.Getenv("DOLLY_BIN")
+	if bin == "" {
+		bin, _ = filepath.Abs("../../bin")
+	}
+	server, initramfs := filepath.Join(bin, "dolly-server"), filepath.Join(bin, "initramfs.cpio.gz")
+	requireFile(t, server, "run make netboot-test, which builds it")
+	requireFile(t, initramfs, "run make netboot-test, which builds it")
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	dir, err := TempDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	img := filepath.Join(dir, "image.ext4")
+	if err := sampleimage.Build(ctx, img, sampleimage.Spec{Size: imageSize, Files: 40 << 20}); err != nil {
+		t.Fatalf("building the image: %v", err)
+	}
+	want, err := digest(img, imageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image: ext4, %d MiB, sha256 %s; kernel %s, initramfs %s", imageSize>>20, want, kernel, initramfs)
+
+	n, err := NewNet(ctx, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("removing the network: %v", err)
+		}
+	})
+
+	var logs []*Log // shown on failure
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range logs {
+				t.Logf("--- %s (last 40 lines):\n%s", l.path, l.Tail(40))
+			}
+		}
+	})
+
+	srvLog, err := NewLog(filepath.Join(dir, "dolly-server.log"), time.Now(), "waiting for")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = append(logs, srvLog)
+	srv := n.Command(ctx, server,
+		"-boot", "-interface", Bridge,
+		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
+		"-listen", n.Server.String()+":9700",
+		"-kernel", kernel, "-initramfs", initramfs,
+		// The serial port last, so that it is /dev/console and dolly-init
+		// logs where the test reads; a kernel panic reboots, which ends
+		// qemu at once (-no-reboot) instead of at the deadline.
+		"-kernel-args", "console=ttyS0,115200 panic=-1",
+		"-image", img, "-chain", "-nodes", fmt.Sprint(nodes), "-target", "disk:first",
+		"-after", "poweroff", "-yes",
+		// Guests emulated on a busy 2-core machine may go quiet for
+		// seconds; that is not what this test is about.
+		"-node-timeout", "30s",
+		"-v") // DHCP and HTTP requests too, for the log shown on failure
+	srv.Stdout, srv.Stderr = srvLog, srvLog
+	if err := srv.Start(); err != nil {
+		t.Fatalf("starting dolly-server: %v", err)
+	}
+	srvDone := make(chan error, 1)
+	go func() {
+		err := srv.Wait()
+		srvLog.Close()
+		srvDone <- err
+	}()
+	// iPXE gives up after a few DHCP tries, so the machines start only
+	// once the server serves.
+	select {
+	case <-srvLog.Seen("waiting for"):
+	case err := <-srvDone:
+		t.Fatalf("dolly-server exited before serving: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("dolly-server did not start serving: %v", ctx.Err())
+	}
+
+	vms := make([]*VM, nodes)
+	type exit struct {
+		vm  *VM
+		err error
+	}
+	vmDone := make(chan exit, nodes)
+	texts := make([]string, len(milestones))
+	for i, m := range milestones {
+		texts[i] = m.text
+	}
+	for i := range vms {
+		vm := &VM{
+			Name: fmt.Sprintf("pc%02d", i+1),
+			MAC:  fmt.Sprintf("52:54:00:12:34:%02x", i+1),
+			Tap:  n.Taps[i],
+			Disk: filepath.Join(dir, fmt.Sprintf("pc%02d.disk", i+1)),
+		}
+		vms[i] = vm
+		if err := blankDisk(vm.Disk, diskSize); err != nil {
+			t.Fatal(err)
+		}
+		if vm.Log, err = NewLog(filepath.Join(dir, vm.Name+".console"), time.Now(), texts...); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, vm.Log)
+		cmd := n.Command(ctx, "qemu-system-x86_64", vm.Args()...)
+		cmd.Stdout, cmd.Stderr = vm.Log, vm.Log
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting %s: %v", vm.Name, err)
+		}
+		go func() {
+			err := cmd.Wait()
+			vm.Log.Close()
+			vmDone <- exit{vm, err}
+		}()
+	}
+
+	// Wait for the server and every machine. The first failure stops
+	// the rest: what fails after it is its consequence.
+	fail := func(format string, args ...any) {
+		if ctx.Err() == nil {
+			t.Errorf(format, args...)
+			cancel()
+		}
+	}
+	for running := nodes; srvDone != nil || running > 0; {
+		select {
+		case err := <-srvDone:
+			srvDone = nil
+			if err != nil {
+				fail("dolly-server: %v", err)
+			}
+		case e := <-vmDone:
+			running--
+			_, verified := e.vm.Log.At(verifiedText)
+			switch {
+			case e.err != nil:
+				fail("%s: qemu: %v", e.vm.Name, e.err)
+			case !verified:
+				fail("%s stopped without verifying its disk", e.vm.Name)
+			}
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !t.Failed() {
+		t.Errorf("the cast did not end within %s", deadline)
+	}
+	if t.Failed() {
+		return
+	}
+
+	for _, vm := range vms {
+		got, err := digest(vm.Disk, imageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s (%s): disk sha256 %s over the image's %d bytes, want %s", vm.Name, vm.MAC, got, imageSize, want)
+			continue
+		}
+		t.Logf("%s (%s): verified, sha256 %s", vm.Name, vm.MAC, got)
+		t.Logf("  %s timeline: %s", vm.Name, timeline(vm.Log))
+	}
+	if summary, err := srvLog.Lines("summary:"); err == nil {
+		t.Logf("dolly-server:\n%s", strings.Join(summary, "\n"))
+	}
+	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+func requireFile(t *testing.T, path, fix string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("skipped: %v: %s", err, fix)
+	}
+}
+
+// addr returns the address with the given last byte in Subnet.
+func addr(last byte) string {
+	a := Subnet.Addr().As4()
+	a[3] = last
+	return netip.AddrFrom4(a).String()
+}
+
+// blankDisk creates a sparse file of size bytes: a new, empty disk.
+func blankDisk(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// digest returns the hex sha256 of the first n bytes of the file.
+func digest(path string, n int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, n); err != nil {
+		return "", fmt.Errorf("reading %d bytes of %s: %w", n, path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// timeline lists when each milestone showed on the console, in seconds
+// since the machine started.
+func timeline(l *Log) string {
+	var parts []string
+	for _, m := range milestones {
+		if at, ok := l.At(m.text); ok {
+			parts = append(parts, fmt.Sprintf("%s %.1fs", m.name, at.Seconds()))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
