@@ -13,6 +13,7 @@ import (
 
 	"dolly/boot"
 	"dolly/dolly"
+	"dolly/initramfs"
 )
 
 // bootFlags are the flags of the netboot services (-boot).
@@ -29,6 +30,7 @@ type bootFlags struct {
 	ipxeEFI    *string
 	httpPort   *int
 	after      *string
+	build      *string
 }
 
 // flags that only mean something with -boot
@@ -48,7 +50,42 @@ func addBootFlags(fs *pflag.FlagSet) *bootFlags {
 		ipxeEFI:    fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
 		httpPort:   fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
 		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none"),
+		build:      fs.String("build-initramfs", "", "write the nodes' initramfs to this file (for -kernel) from dolly-init and gosh next to dolly-server, and exit"),
 	}
+}
+
+// buildInitramfs writes the initramfs -build-initramfs asks for, from the
+// dolly-init and gosh binaries installed next to dolly-server (make
+// initramfs puts them in bin/). It reports whether it ran, and the exit
+// code.
+func (b *bootFlags) buildInitramfs(ctx context.Context, logger *slog.Logger) (ran bool, code int) {
+	if *b.build == "" {
+		return false, 0
+	}
+	fail := func(err error) (bool, int) {
+		fmt.Fprintf(os.Stderr, "dolly-server: -build-initramfs: %v\n", err)
+		return true, 1
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	dir := filepath.Dir(exe)
+	opts := initramfs.Options{Output: *b.build, Init: filepath.Join(dir, "dolly-init"), Shell: filepath.Join(dir, "gosh"),
+		Kernel: *b.kernel, Logger: logger}
+	if _, err := os.Stat(opts.Init); err != nil {
+		return fail(fmt.Errorf("%w: run make initramfs (it builds dolly-init and gosh next to dolly-server)", err))
+	}
+	if opts.Kernel == "" {
+		if opts.Kernel, err = boot.DefaultKernel(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := initramfs.Build(ctx, opts); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("dolly-server: wrote %s for %s\n", *b.build, opts.Kernel)
+	return true, 0
 }
 
 // check validates the flags and returns the nodes' after-cast action as

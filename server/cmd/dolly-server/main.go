@@ -23,6 +23,7 @@ const usage = `dolly-server casts a raw or compressed disk image to many machine
 Usage:
   dolly-server -image PATH [-auto | -chain | -tree N | -star] [-nodes N] [-target DEV] [options]
   dolly-server -preview -topology FILE [-image PATH] [-o json]
+  dolly-server -build-initramfs FILE [-kernel PATH]
 
 Nodes run "dolly -server HOST:PORT" (or netboot into it) and join, each sending
 what it measured of itself. Once -nodes have joined, the server shows the
@@ -127,6 +128,9 @@ func run() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if ran, code := bootf.buildInitramfs(ctx, cli.Logger(os.Stderr, false, *verbose)); ran {
+		return code
+	}
 	if *preview {
 		if topo == nil {
 			return usageErr("-preview needs -topology FILE")
