@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,11 +20,13 @@ import (
 
 // calibrate probes the lab once, on a quiet machine: a node's probe of one
 // of the lab's disks, with the cost of a TCP stream across the lab's own
-// path (veth, bridge, shaper) in place of the probe's loopback figure. All
-// hosts are one machine, so one probe describes them all.
-func calibrate(ctx context.Context, l *lab.Lab, bin, disk string) (capacity.Probe, error) {
+// path (veth, bridge, shaper) in place of the probe's loopback figure, and
+// the cost of the write path under a sustained load in place of the
+// probe's short one. All hosts are one machine, so one probe describes
+// them all.
+func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (capacity.Probe, error) {
 	var p capacity.Probe
-	out, err := l.Command(ctx, l.Nodes[0], filepath.Join(bin, "dolly"), "probe", "-target", disk, "-compress",
+	out, err := l.Command(ctx, l.Nodes[0], filepath.Join(bin, "dolly"), "probe", "-target", disks[0], "-compress",
 		"-budget", "500ms", "-o", "json").Output()
 	if err != nil {
 		return p, fmt.Errorf("probing the lab: %w", err)
@@ -41,7 +44,52 @@ func calibrate(ctx context.Context, l *lab.Lab, bin, disk string) (capacity.Prob
 		return p, fmt.Errorf("measuring the lab's TCP path: %w", err)
 	}
 	p.NetStreamBytesPerSec = rate
+	// A node's probe writes a little and syncs; a cast writes for minutes,
+	// and on this machine every lab disk is a loop device over a file on
+	// one file system, whose writeback (loop workers, the host file
+	// system) costs far more CPU than the probe sees.
+	if w, err := sustainedWriteCost(ctx, disks[:min(4, len(disks))], 256<<20); err == nil {
+		p.DiskWriteCPUBytesPerSec = w
+	} else {
+		return p, fmt.Errorf("measuring the lab's write path: %w", err)
+	}
 	return p, nil
+}
+
+// sustainedWriteCost writes n bytes to each disk at once, syncs them, and
+// returns the bytes the machine writes per CPU-second along the way.
+func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, error) {
+	buf := make([]byte, 1<<20)
+	rand.Read(buf) // incompressible, and not zeros a disk could skip
+	start := machineCPU()
+	errs := make(chan error, len(disks))
+	for _, d := range disks {
+		go func() {
+			f, err := os.OpenFile(d, os.O_WRONLY, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			for off := int64(0); off < n && ctx.Err() == nil; off += int64(len(buf)) {
+				if _, err := f.WriteAt(buf, off); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- f.Sync()
+		}()
+	}
+	for range disks {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	cpu := (machineCPU() - start).Seconds()
+	if cpu <= 0 {
+		return 0, errors.New("too fast to measure")
+	}
+	return float64(n) * float64(len(disks)) / cpu, nil
 }
 
 // streamCost sends from a to b for about d and returns the rate one core

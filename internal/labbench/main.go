@@ -151,7 +151,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		}
 		disks = append(disks, d)
 	}
-	probe, err := calibrate(ctx, l, o.bin, disks[0])
+	probe, err := calibrate(ctx, l, o.bin, disks)
 	if err != nil {
 		return nil, err
 	}
