@@ -39,6 +39,7 @@ fuzz:
 	@$(call fuzz1,FuzzOpenImage,imaging)
 	@$(call fuzz1,FuzzSparseWriter,imaging)
 	@$(call fuzz1,FuzzParsePacket,boot)
+	@$(call fuzz1,FuzzTFTPRequest,boot)
 
 ## demo: cast a sample ext4 image to 24 local nodes and verify every target
 demo: build

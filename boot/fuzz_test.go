@@ -2,7 +2,9 @@ package boot
 
 import (
 	"bytes"
+	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pin/tftp/v3"
 )
 
 // FuzzParsePacket feeds arbitrary bytes to the parser and what it accepts
@@ -102,5 +106,68 @@ func TestSeedCorpus(t *testing.T) {
 		if err != nil || resp.YIAddr.String() != "198.18.0.2" {
 			t.Errorf("%s: full DHCP: %v, %v", tt.seed, resp, err)
 		}
+	}
+}
+
+// rrq is a TFTP read request for name with options (name, value pairs).
+func rrq(op byte, name string, opts ...string) []byte {
+	b := []byte{0, op}
+	for _, s := range append([]string{name, "octet"}, opts...) {
+		b = append(append(b, s...), 0)
+	}
+	return b
+}
+
+// FuzzTFTPRequest sends arbitrary datagrams to the TFTP server: none may
+// bring it down, and afterwards it still serves its file whole. (The
+// request parser is the TFTP library's; this is how it meets our server.)
+func FuzzTFTPRequest(f *testing.F) {
+	for _, seed := range [][]byte{
+		rrq(1, biosName),
+		rrq(1, "/"+efiName, "tsize", "0", "blksize", "1468"),
+		rrq(1, biosName, "blksize", "99999999", "windowsize", "-1"),
+		rrq(1, "../../etc/passwd"),
+		rrq(2, biosName), // a write
+		{0, 1, 'x'},      // no terminators
+		{0, 5, 0, 1, 'e', 'r', 'r', 0},
+	} {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	bios := writeFile(f, dir, biosName, 3000)
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	// Closed without a Shutdown, which would wait seconds for transfers
+	// to the requests' vanished clients to time out.
+	go newTFTP(map[string]string{biosName: bios}, slog.New(slog.DiscardHandler)).Serve(conn)
+	f.Cleanup(func() { conn.Close() })
+	addr := conn.LocalAddr().String()
+	want, _ := os.ReadFile(bios)
+	server, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := net.DialUDP("udp4", nil, server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.Close()
+	})
+	// Still serving after everything the fuzzer sent.
+	c, err := tftp.NewClient(addr)
+	if err != nil {
+		f.Fatal(err)
+	}
+	wt, err := c.Receive(biosName, "octet")
+	if err != nil {
+		f.Fatalf("TFTP server no longer serves: %v", err)
+	}
+	var got bytes.Buffer
+	if _, err := wt.WriteTo(&got); err != nil || !bytes.Equal(got.Bytes(), want) {
+		f.Fatalf("TFTP server serves %d bytes (%v), want the file's %d", got.Len(), err, len(want))
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // writeFile writes n pseudo-random bytes to a new file in dir.
-func writeFile(t *testing.T, dir, name string, n int) string {
+func writeFile(t testing.TB, dir, name string, n int) string {
 	t.Helper()
 	b := make([]byte, n)
 	x := uint32(len(name))

@@ -15,7 +15,7 @@ import (
 
 // startTFTP serves files on an ephemeral loopback port and returns its
 // address.
-func startTFTP(t *testing.T, files map[string]string) string {
+func startTFTP(t testing.TB, files map[string]string) string {
 	t.Helper()
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
