@@ -633,6 +633,10 @@ func (n *node) acceptUpstreams(ctx context.Context, first chan<- StreamHeader) {
 }
 
 func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- StreamHeader) {
+	// A node that is going away must not leave its upstream waiting for
+	// the handshake's timeout.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
 	in, err := acceptStream(c)
 	isFirst := false
 	if err == nil {
@@ -648,13 +652,23 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- Stream
 	}
 	if isFirst {
 		// The children connect before the stream flows, so none of it
-		// has to be caught up.
+		// has to be caught up. A child that is slow to answer (or dead)
+		// must not keep the upstream waiting for this node's answer:
+		// after a while the stream flows, and the child catches up from
+		// the history once it connects.
 		var wg sync.WaitGroup
 		for _, p := range n.initial {
 			wg.Add(1)
 			go func() { defer wg.Done(); n.attach(ctx, p) }()
 		}
-		wg.Wait()
+		attached := make(chan struct{})
+		go func() { wg.Wait(); close(attached) }()
+		select {
+		case <-attached:
+		case <-time.After(initialAttachWait):
+			n.log.Warn("children slow to connect; the stream flows and they catch up", "wait", initialAttachWait)
+		case <-ctx.Done():
+		}
 	}
 	up, ok := c.(upstream)
 	if !ok {
@@ -672,6 +686,11 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- Stream
 	}
 	n.log.Info("upstream connected", "from", c.RemoteAddr(), "pos", pos)
 }
+
+// initialAttachWait bounds how long a node's first upstream waits while
+// the node connects to its own children: well within the upstream's
+// handshake timeout.
+const initialAttachWait = 3 * time.Second
 
 // checkHeader accepts a header of this cast and this stream; the first one
 // defines the stream.
