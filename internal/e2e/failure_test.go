@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 	"dolly/server"
 )
@@ -93,27 +94,11 @@ func (c *failCast) readReport() server.Report {
 	return r
 }
 
-// written is how many bytes a process has passed to write calls: for a
-// node, about what it has put on its target.
-func written(p *proc) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // waitWritten waits until p has written at least n bytes.
 func waitWritten(t *testing.T, p *proc, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for written(p) < n {
+	for testenv.Written(p.cmd.Process.Pid) < n {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited before writing %d bytes:\n%s", p.cmd.Path, n, p.out.String())

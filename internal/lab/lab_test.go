@@ -2,9 +2,7 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -92,57 +90,21 @@ func TestChainOverShapedLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := testimage.SHA256(img, -1)
-	report := filepath.Join(dir, "report.json")
-	addr := l.Server.IP.String() + ":9700"
-	srv := l.Command(ctx, l.Server, filepath.Join(bin, "dolly-server"), "-image", img, "-chain", "-nodes", fmt.Sprint(nodes),
-		"-yes", "-listen", addr, "-report", report, "-progress-interval", "2s")
-	srvOut, _ := os.Create(filepath.Join(dir, "server.log"))
-	defer srvOut.Close()
-	srv.Stdout, srv.Stderr = srvOut, srvOut
-	if err := l.Start(srv); err != nil {
-		t.Fatal(err)
-	}
-	var disks []string
-	var procs []*exec.Cmd
-	for _, h := range l.Nodes {
-		disk, err := l.Disk(ctx, h.Name, size+(1<<20), 0xFF)
-		if err != nil {
-			t.Fatal(err)
-		}
-		disks = append(disks, disk)
-		n := l.Command(ctx, h, filepath.Join(bin, "dolly"), "-server", addr, "-target", disk, "-name", h.Name, "-join-timeout", "60s")
-		logf, _ := os.Create(filepath.Join(dir, h.Name+".log"))
-		defer logf.Close()
-		n.Stdout, n.Stderr = logf, logf
-		if err := l.Start(n); err != nil {
-			t.Fatal(err)
-		}
-		procs = append(procs, n)
-	}
-	for i, p := range procs {
+	c := startLabCast(ctx, t, l, bin, dir, img, size, nil, nil)
+	for i, p := range c.nodes {
 		if err := p.Wait(); err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, l.Nodes[i].Name+".log"))
-			slog, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			t.Fatalf("node %s: %v\n%s\nserver:\n%s", l.Nodes[i].Name, err, log, slog)
+			t.Fatalf("node %s: %v\n%s\nserver:\n%s", l.Nodes[i].Name, err, c.log(l.Nodes[i].Name), c.log("server"))
 		}
 	}
-	if err := srv.Wait(); err != nil {
-		slog, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-		t.Fatalf("dolly-server: %v\n%s", err, slog)
+	if err := c.server.Wait(); err != nil {
+		t.Fatalf("dolly-server: %v\n%s", err, c.log("server"))
 	}
-	for i, d := range disks {
+	for i, d := range c.disks {
 		if got, err := testimage.SHA256(d, size); err != nil || got != want {
 			t.Errorf("%s on %s: sha256 %.12s (%v), image %.12s", l.Nodes[i].Name, d, got, err, want)
 		}
 	}
-	var r server.Report
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := c.readReport()
 	if r.Verified != nodes || r.Plan.Topology != "chain" {
 		t.Fatalf("report: %d verified, plan %+v", r.Verified, r.Plan)
 	}

@@ -4,11 +4,30 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
+
+// Written is how many bytes process pid has passed to write calls
+// (wchar in /proc/PID/io): for a dolly node, about what it has put on its
+// target. 0 when it cannot be read.
+func Written(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
 
 // RequireRoot skips the test unless it runs as root.
 func RequireRoot(t testing.TB) {
