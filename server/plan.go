@@ -102,16 +102,7 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 	if shape == "" {
 		pool = ranked
 	} else {
-		nodes := len(net.Hosts) - 1
-		var tree capacity.Tree
-		switch shape {
-		case capacity.KindStar:
-			tree = capacity.Star(nodes)
-		case capacity.KindTree:
-			tree = capacity.NaryTree(nodes, fanout)
-		default:
-			tree = capacity.Chain(nodes)
-		}
+		tree := shapeTree(shape, len(net.Hosts)-1, fanout)
 		comps := []capacity.Compression{{}}
 		if opt.Compression.Enabled() {
 			comps = append(comps, opt.Compression)
@@ -143,19 +134,21 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 	return ch, nil
 }
 
+// shapeTree is the operator's shape over n nodes; a chain by default.
+func shapeTree(shape capacity.Kind, n, fanout int) capacity.Tree {
+	switch shape {
+	case capacity.KindStar:
+		return capacity.Star(n)
+	case capacity.KindTree:
+		return capacity.NaryTree(n, fanout)
+	}
+	return capacity.Chain(n)
+}
+
 // fallbackChoice is the plan when the model cannot judge: the operator's
 // shape (a chain by default), the image as stored unless told otherwise.
 func fallbackChoice(names []string, shape capacity.Kind, fanout int, compress Compress, stored imaging.Encoding, why error) Choice {
-	n := len(names) - 1
-	var tree capacity.Tree
-	switch shape {
-	case capacity.KindStar:
-		tree = capacity.Star(n)
-	case capacity.KindTree:
-		tree = capacity.NaryTree(n, fanout)
-	default:
-		tree = capacity.Chain(n)
-	}
+	tree := shapeTree(shape, len(names)-1, fanout)
 	send := stored
 	switch {
 	case compress == CompressNo:
