@@ -33,7 +33,11 @@ type Relay struct {
 	// short-tee path that the kernel takes only rarely.
 	teeLimit int
 
-	reqs    chan relayRequest
+	reqs chan relayRequest
+	// pending counts requests on their way to the loop: a loop woken for
+	// one waits for it rather than going back to an idle upstream.
+	pending atomic.Int64
+	given   chan struct{} // a pending request was given up
 	events  chan RelayEvent
 	stopped chan struct{} // closed when Run returns
 	// complete is closed once the stream has ended and every child had
@@ -105,6 +109,7 @@ func NewRelay(noSplice bool) (*Relay, error) {
 		localW:   lw,
 		zeroCopy: !noSplice && spliceSupported,
 		reqs:     make(chan relayRequest),
+		given:    make(chan struct{}, 1),
 		events:   make(chan RelayEvent, 64),
 		stopped:  make(chan struct{}),
 		complete: make(chan struct{}),
@@ -174,21 +179,25 @@ type relayReply struct {
 // request hands a request to the loop, waking it if it waits on upstream.
 func (r *Relay) request(ctx context.Context, q relayRequest) (relayReply, error) {
 	q.reply = make(chan relayReply, 1)
+	// A loop that waits on its upstream takes requests only once woken;
+	// waking one that is busy costs it a spare turn, nothing more.
+	r.pending.Add(1)
+	r.wake()
+	giveUp := func() {
+		r.pending.Add(-1)
+		select {
+		case r.given <- struct{}{}:
+		default:
+		}
+	}
 	select {
 	case r.reqs <- q:
 	case <-ctx.Done():
+		giveUp()
 		return relayReply{}, ctx.Err()
 	case <-r.stopped:
+		giveUp()
 		return relayReply{}, errRelayStopped
-	default:
-		r.wake()
-		select {
-		case r.reqs <- q:
-		case <-ctx.Done():
-			return relayReply{}, ctx.Err()
-		case <-r.stopped:
-			return relayReply{}, errRelayStopped
-		}
 	}
 	select {
 	case rep := <-q.reply:
@@ -323,6 +332,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		case rerr == nil:
 		case errors.Is(rerr, os.ErrDeadlineExceeded):
 			up.SetReadDeadline(time.Time{}) // woken for a request
+			if err := r.awaitPending(ctx); err != nil {
+				return err
+			}
 		default:
 			// The upstream ended. Either the stream is complete, or it was
 			// cut short and a new upstream will take over.
@@ -381,7 +393,23 @@ func (r *Relay) takeRequests(ctx context.Context) {
 	}
 }
 
+// awaitPending takes the requests on their way, so that one whose wake-up
+// came before it could be sent does not wait for the upstream's next bytes.
+func (r *Relay) awaitPending(ctx context.Context) error {
+	for r.pending.Load() > 0 {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		case <-r.given:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (r *Relay) handle(ctx context.Context, q relayRequest) {
+	r.pending.Add(-1)
 	var rep relayReply
 	switch q.kind {
 	case reqUpstream:

@@ -275,3 +275,26 @@ func TestRelayRefusesWhatItNoLongerHolds(t *testing.T) {
 	}
 	h.wait()
 }
+
+// A relay whose upstream sends nothing (it is dead, but no one has said so
+// yet) must still take requests at once: this is when a child's new
+// upstream is set. Many requests in a row give a wake-up that comes just
+// before its request every chance to be lost.
+func TestRelayTakesRequestsWhileUpstreamIsSilent(t *testing.T) {
+	for mode, noSplice := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			h := startRelay(t, noSplice, 1)
+			up, _ := h.upstream() // connected, and silent until the end
+			ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+			defer cancel()
+			for i := range 2000 {
+				if _, err := h.r.request(ctx, relayRequest{kind: reqNames}); err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+			}
+			up.Write([]byte{1})
+			up.CloseWrite()
+			h.wait()
+		})
+	}
+}
