@@ -36,6 +36,9 @@ type NodeConfig struct {
 	// NoSplice forwards with user-space copies even where splice works, to
 	// compare the two or to work around a kernel that misbehaves.
 	NoSplice bool
+	// Buffered writes a block device through the page cache instead of
+	// with O_DIRECT, for a driver that handles direct writes badly.
+	Buffered bool
 	// NoProbe skips measuring the machine when joining.
 	NoProbe bool
 	// Force writes over a target that is mounted or in use.
@@ -298,7 +301,7 @@ func (n *node) run(ctx context.Context) (NodeResult, error) {
 	ready := Ready{Target: n.target, TargetSize: info.Size, Block: info.Block}
 	if !n.cfg.NoProbe {
 		localIP := c.LocalAddr().(*net.TCPAddr).IP
-		p := RunProbe(ctx, ProbeConfig{Name: n.cfg.Name, Target: n.target, LocalIP: localIP})
+		p := RunProbe(ctx, ProbeConfig{Name: n.cfg.Name, Target: n.target, LocalIP: localIP, Buffered: n.cfg.Buffered})
 		for _, note := range p.Notes {
 			n.log.Info("probe", "note", note)
 		}
@@ -540,7 +543,7 @@ func (n *node) result() NodeResult {
 
 // receive writes the stream to the target and reports the outcome.
 func (n *node) receive(h StreamHeader) {
-	tg, err := imaging.OpenTarget(n.target, h.ImageSize)
+	tg, err := imaging.OpenTarget(n.target, h.ImageSize, imaging.TargetOptions{Direct: !n.cfg.Buffered})
 	if err != nil {
 		n.relay.StopReading()
 		n.recvDone <- receipt{err: err}

@@ -37,6 +37,9 @@ type ProbeConfig struct {
 	// Compress also measures compression rates (the source compresses raw
 	// images on the fly when the plan says so).
 	Compress bool
+	// Buffered measures writes to a block device through the page cache,
+	// as a node run with Buffered writes them; otherwise with O_DIRECT.
+	Buffered bool
 }
 
 // ProbeReport is a probe with what people need to read it.
@@ -77,7 +80,7 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 		r.NIC, r.NICBytesPerSec = nic, speed
 	}
 	if cfg.Target != "" {
-		d, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4)
+		d, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4, cfg.Buffered)
 		if err != nil {
 			note("target write rate: %v", err)
 		} else {

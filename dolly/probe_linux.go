@@ -11,23 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"dolly/imaging"
 )
-
-// alignedBuffer returns n bytes aligned for O_DIRECT.
-func alignedBuffer(n int) []byte {
-	const align = 4096
-	b := make([]byte, n+align)
-	off := 0
-	if rem := int(uintptr(unsafe.Pointer(&b[0])) % align); rem != 0 {
-		off = align - rem
-	}
-	return b[off : off+n]
-}
 
 // machineCPU is the CPU time the whole machine has been busy (all cores,
 // kernel threads included), from /proc/stat. The write path's cost lies
@@ -64,10 +52,10 @@ func processCPU() time.Duration {
 // probeTargetWrite measures how fast the cast's write path reaches the
 // target, and what it costs the CPU, without changing a byte: it reads
 // blocks (with O_DIRECT, so they are not cached), drops any cached copy and
-// writes the same bytes back through the page cache as a cast does, then
-// syncs. A block device that is mounted or held by another program is left
+// writes the same bytes back the way a cast does (with O_DIRECT to a block
+// device unless buffered, through the page cache otherwise), then syncs. A block device that is mounted or held by another program is left
 // alone. A missing file is measured by writing a temporary file next to it.
-func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (diskProbe, error) {
+func probeTargetWrite(ctx context.Context, path string, budget time.Duration, buffered bool) (diskProbe, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return probeTempWrite(ctx, filepath.Dir(path), budget)
@@ -88,7 +76,13 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (d
 		return diskProbe{}, err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(path, os.O_WRONLY, 0)
+	var out *os.File
+	outDirect := false
+	if block && !buffered {
+		out, outDirect, err = openDirect(path, os.O_WRONLY)
+	} else {
+		out, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
 	if err != nil {
 		return diskProbe{}, err
 	}
@@ -102,7 +96,7 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (d
 		return diskProbe{}, fmt.Errorf("%s is too small to measure", path)
 	}
 	start := (size/2)/probeBlock*probeBlock - region/2
-	buf := alignedBuffer(probeBlock)
+	buf := imaging.AlignedBuffer(probeBlock)
 	var wrote int64
 	var spent, cpu time.Duration
 	deadline := time.Now().Add(budget)
@@ -124,6 +118,9 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration) (d
 	}
 	spent, cpu = spent+time.Since(t), cpu+machineCPU()-c
 	how := fmt.Sprintf("rewrote %s of %s in place", imaging.FormatBytes(wrote), path)
+	if outDirect {
+		how += " with O_DIRECT"
+	}
 	if !direct {
 		how += " (cached reads)"
 	}
@@ -145,7 +142,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	buf := alignedBuffer(probeBlock)
+	buf := imaging.AlignedBuffer(probeBlock)
 	fillSample(buf, 3)
 	var wrote int64
 	start, c := time.Now(), machineCPU()
@@ -173,7 +170,7 @@ func probeRead(ctx context.Context, path string, budget time.Duration) (float64,
 	if err != nil {
 		return 0, err
 	}
-	buf := alignedBuffer(probeBlock)
+	buf := imaging.AlignedBuffer(probeBlock)
 	var read int64
 	start := time.Now()
 	// Spread over the file: the image is read whole in a cast.

@@ -10,7 +10,7 @@ import (
 
 var errProbeUnsupported = errors.New("not measured on this operating system")
 
-func probeTargetWrite(context.Context, string, time.Duration) (diskProbe, error) {
+func probeTargetWrite(context.Context, string, time.Duration, bool) (diskProbe, error) {
 	return diskProbe{}, errProbeUnsupported
 }
 

@@ -175,7 +175,7 @@ func receiveKeyed(t *testing.T, h StreamHeader, key *FrameKey, stream []byte) (s
 	if err := testimage.Fill(path, 0xFF, h.ImageSize+8192); err != nil {
 		t.Fatal(err)
 	}
-	tg, err := imaging.OpenTarget(path, h.ImageSize)
+	tg, err := imaging.OpenTarget(path, h.ImageSize, imaging.TargetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func TestSegments(t *testing.T) {
 	}
 }
 
-func fill(t *testing.T, path string, b byte, n int) {
+func fill(t testing.TB, path string, b byte, n int) {
 	t.Helper()
 	if err := os.WriteFile(path, bytes.Repeat([]byte{b}, n), 0o644); err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestCheckTargetRefusesSmallTargetAndLeavesItAlone(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-	if _, err := OpenTarget(path, 2_100_000_000); err == nil {
+	if _, err := OpenTarget(path, 2_100_000_000, TargetOptions{}); err == nil {
 		t.Fatal("OpenTarget accepted a small target")
 	}
 	after, _ := os.ReadFile(path)
@@ -190,7 +190,7 @@ func TestCheckTargetErrors(t *testing.T) {
 func TestTargetZeroRangeAndLimit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk")
 	fill(t, path, 0xFF, 1<<20)
-	tg, err := OpenTarget(path, 1<<20-1000)
+	tg, err := OpenTarget(path, 1<<20-1000, TargetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestTargetZeroRangeAndLimit(t *testing.T) {
 
 func TestOpenTargetCreatesMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "new.img")
-	tg, err := OpenTarget(path, 12345)
+	tg, err := OpenTarget(path, 12345, TargetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func writeSparse(t *testing.T, img []byte, chunks int) ([]byte, Digest) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "disk")
 	fill(t, path, 0xFF, len(img)+5000)
-	tg, err := OpenTarget(path, int64(len(img)))
+	tg, err := OpenTarget(path, int64(len(img)), TargetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestSparseWriterOverOldData(t *testing.T) {
 func TestSparseWriterRejectsLongAndShortStreams(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk")
 	fill(t, path, 0, 100)
-	tg, err := OpenTarget(path, 100)
+	tg, err := OpenTarget(path, 100, TargetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,17 +115,18 @@ func CheckTarget(path string, need int64) (TargetInfo, error) {
 // Target is an open target that an image is being written to. Writes are
 // refused beyond the image length so a bad stream can never spill over.
 type Target struct {
-	Path  string
-	f     *os.File
-	block bool
-	limit int64
-	zero  zeroer
+	Path   string
+	f      *os.File
+	block  bool
+	limit  int64
+	zero   zeroer
+	direct *directWriter // nil: writes go through the page cache
 }
 
 // OpenTarget checks the target again and opens it for writing an image of
 // size bytes. A missing regular file is created and sized; an existing one
 // keeps its size (bytes beyond the image stay as they were).
-func OpenTarget(path string, size int64) (*Target, error) {
+func OpenTarget(path string, size int64, opts TargetOptions) (*Target, error) {
 	info, err := CheckTarget(path, size)
 	if err != nil {
 		return nil, err
@@ -147,8 +148,22 @@ func OpenTarget(path string, size int64) (*Target, error) {
 	}
 	t := &Target{Path: path, f: f, block: info.Block, limit: size}
 	t.zero = newZeroer(f, info.Block)
+	if info.Block && opts.Direct {
+		if d := openDirect(path); d != nil {
+			t.direct = newDirectWriter(d, f)
+		}
+	}
 	return t, nil
 }
+
+// TargetOptions are how a target is written.
+type TargetOptions struct {
+	// Direct writes a block device with O_DIRECT, past the page cache.
+	Direct bool
+}
+
+// Direct reports whether writes bypass the page cache.
+func (t *Target) Direct() bool { return t.direct != nil && t.direct.direct != nil }
 
 // Size is the number of image bytes the target accepts.
 func (t *Target) Size() int64 { return t.limit }
@@ -158,11 +173,28 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 	if off < 0 || off+int64(len(p)) > t.limit {
 		return 0, fmt.Errorf("target %s: write of %d bytes at offset %d is beyond the image length %d", t.Path, len(p), off, t.limit)
 	}
+	if t.direct != nil {
+		if err := t.direct.writeAt(p, off); err != nil {
+			return 0, fmt.Errorf("target %s: writing near offset %d: %w", t.Path, off, unwrapPathError(err))
+		}
+		return len(p), nil
+	}
 	n, err := t.f.WriteAt(p, off)
 	if err != nil {
 		return n, fmt.Errorf("target %s: writing at offset %d: %w", t.Path, off, unwrapPathError(err))
 	}
 	return n, nil
+}
+
+// flush writes what the direct writer still holds.
+func (t *Target) flush() error {
+	if t.direct == nil {
+		return nil
+	}
+	if err := t.direct.flush(); err != nil {
+		return fmt.Errorf("target %s: writing: %w", t.Path, unwrapPathError(err))
+	}
+	return nil
 }
 
 // ZeroRange makes [off, off+n) read back as zeros, by the cheapest means the
@@ -175,6 +207,9 @@ func (t *Target) ZeroRange(off, n int64) error {
 	if n == 0 {
 		return nil
 	}
+	if err := t.flush(); err != nil {
+		return err
+	}
 	if err := t.zero.zeroRange(off, n); err != nil {
 		return fmt.Errorf("target %s: zeroing %d bytes at offset %d: %w", t.Path, n, off, unwrapPathError(err))
 	}
@@ -182,18 +217,33 @@ func (t *Target) ZeroRange(off, n int64) error {
 }
 
 // ReadAt reads back what the target holds, for verification.
-func (t *Target) ReadAt(p []byte, off int64) (int, error) { return t.f.ReadAt(p, off) }
+func (t *Target) ReadAt(p []byte, off int64) (int, error) {
+	if err := t.flush(); err != nil {
+		return 0, err
+	}
+	return t.f.ReadAt(p, off)
+}
 
 // Sync flushes written data to stable storage.
 func (t *Target) Sync() error {
+	if err := t.flush(); err != nil {
+		return err
+	}
 	if err := t.f.Sync(); err != nil {
 		return fmt.Errorf("target %s: flushing to disk: %w", t.Path, unwrapPathError(err))
 	}
 	return nil
 }
 
-// Close closes the target.
-func (t *Target) Close() error { return t.f.Close() }
+// Close writes what is still pending and closes the target; Sync first
+// to know the image is on the disk.
+func (t *Target) Close() error {
+	err := t.flush()
+	if t.direct != nil {
+		t.direct.close()
+	}
+	return errors.Join(err, t.f.Close())
+}
 
 func unwrapPathError(err error) error {
 	var pe *fs.PathError

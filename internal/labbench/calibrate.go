@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"dolly/capacity"
+	"dolly/imaging"
 	"dolly/internal/lab"
 )
 
@@ -46,8 +47,8 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 	p.NetStreamBytesPerSec = rate
 	// A node's probe writes a little and syncs; a cast writes for minutes,
 	// and on this machine every lab disk is a loop device over a file on
-	// one file system, whose writeback (loop workers, the host file
-	// system) costs far more CPU than the probe sees.
+	// one file system, whose loop workers and host file system cost more
+	// CPU under a sustained load than the probe sees.
 	if w, err := sustainedWriteCost(ctx, disks[:min(4, len(disks))], 256<<20); err == nil {
 		p.DiskWriteCPUBytesPerSec = w
 	} else {
@@ -56,8 +57,9 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 	return p, nil
 }
 
-// sustainedWriteCost writes n bytes to each disk at once, syncs them, and
-// returns the bytes the machine writes per CPU-second along the way.
+// sustainedWriteCost writes n bytes to each disk at once, the way a cast
+// does (imaging's target, with O_DIRECT), syncs them, and returns the bytes
+// the machine writes per CPU-second along the way.
 func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, error) {
 	buf := make([]byte, 1<<20)
 	rand.Read(buf) // incompressible, and not zeros a disk could skip
@@ -65,7 +67,7 @@ func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, 
 	errs := make(chan error, len(disks))
 	for _, d := range disks {
 		go func() {
-			f, err := os.OpenFile(d, os.O_WRONLY, 0)
+			f, err := imaging.OpenTarget(d, n, imaging.TargetOptions{Direct: true})
 			if err != nil {
 				errs <- err
 				return

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,8 @@ type result struct {
 	seconds    float64   // the slowest node's time
 	perNode    []float64 // MB/s of each node
 	bottleneck string
+	busy       float64 // the machine's busy cores over the run, of cores
+	cores      int
 	err        string
 }
 
@@ -33,9 +36,9 @@ func (r result) line() string {
 	if r.err != "" {
 		return fmt.Sprintf("%s  FAILED: %s", r.runSpec, r.err)
 	}
-	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs)", r.runSpec, r.measured, r.seconds)
+	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy)", r.runSpec, r.measured, r.seconds, r.busy, r.cores)
 	if r.predicted > 0 {
-		s += fmt.Sprintf("  predicted %6.2f (%+.1f%%)", r.predicted, r.errorPercent())
+		s += fmt.Sprintf("  predicted %6.2f (%+.1f%%, %s)", r.predicted, r.errorPercent(), r.bottleneck)
 	}
 	return s
 }
@@ -68,6 +71,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 	os.MkdirAll(logDir, 0o755)
 	var res result
 	var err error
+	start, cpu0 := time.Now(), machineCPU()
 	switch r.method {
 	case "dolly":
 		res, err = e.dolly(ctx, r, img, logDir)
@@ -79,6 +83,8 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 		err = fmt.Errorf("unknown method %q", r.method)
 	}
 	res.runSpec = r
+	res.busy = (machineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	res.cores = runtime.NumCPU()
 	if err != nil {
 		res.err = err.Error()
 	}

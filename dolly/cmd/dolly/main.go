@@ -76,6 +76,7 @@ func run() int {
 	keyFile := fs.String("key", "", "cast key file: authenticate the server and every frame (see dolly key)")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
+	buffered := fs.Bool("buffered", false, "write a block device through the page cache instead of with O_DIRECT (for a driver that handles direct writes badly)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
 	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
 		return code
@@ -108,6 +109,7 @@ func run() int {
 		ReconnectTimeout: *reconnectTimeout,
 		ServerTimeout:    *serverTimeout,
 		NoSplice:         *noSplice,
+		Buffered:         *buffered,
 		NoProbe:          *noProbe,
 		Key:              key,
 		Force:            *force,
@@ -143,6 +145,7 @@ func probe(args []string) int {
 	output := fs.StringP("output", "o", "text", "text or json")
 	compress := fs.Bool("compress", false, "also measure zstd compression (what the server does on the fly)")
 	budget := fs.Duration("budget", 250*time.Millisecond, "time for each measurement (longer is steadier)")
+	buffered := fs.Bool("buffered", false, "measure writes through the page cache, as a node run with -buffered makes them")
 	if code := cli.Parse(fs, probeUsage, args); code >= 0 {
 		return code
 	}
@@ -150,7 +153,7 @@ func probe(args []string) int {
 		fmt.Fprintf(os.Stderr, "dolly probe: -o %q: want text or json\n", *output)
 		return 2
 	}
-	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress, Budget: *budget}
+	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress, Budget: *budget, Buffered: *buffered}
 	if *server != "" {
 		ip, err := dolly.LocalIPFor(*server)
 		if err != nil {
