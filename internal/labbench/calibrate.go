@@ -165,3 +165,145 @@ func machineCPU() time.Duration {
 	}
 	return time.Duration(busy) * time.Second / 100
 }
+
+// calibrateRelay casts img along a chain of n nodes and fits the CPU cost
+// of a stream byte as dolly's relays carry it, which is what the
+// machine-wide CPU limit of a larger cast is made of. A lone TCP stream (streamCost)
+// misses the relays' pipes, wake-ups and context switches, which on a
+// machine running every host at once are a large part of the cost.
+//
+// The fit: for the n-node chain the model's machine CPU coefficient is
+// A + B/net (seconds of CPU per image byte), where net is the stream cost
+// and A all else the model counts. The cast's measured CPU per image byte
+// m then gives net = B/(m−A). m is taken over the middle of the transfer,
+// leaving out the start-up (the server profiles the image) and the end. One
+// cast fixes net; the runs are predictions from it. The cost per byte
+// falls as the machine gets busier (more bytes per wake-up), so the cast
+// should load the machine as the runs whose limit it sets do.
+func calibrateRelay(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, mbit float64, img image, n int) (float64, error) {
+	zero, err := zeroFraction(ctx, img.raw)
+	if err != nil {
+		return 0, err
+	}
+	coef := func(net float64) (float64, error) {
+		p := probe
+		p.NetStreamBytesPerSec = net
+		data, err := env.lab.Topology(spec, p)
+		if err != nil {
+			return 0, err
+		}
+		t, err := capacity.ParseTopology(data)
+		if err != nil {
+			return 0, err
+		}
+		plan := capacity.Plan{Tree: capacity.Chain(n), Hosts: []string{"dolly-server"}}
+		for _, h := range env.lab.Nodes[:n] {
+			plan.Hosts = append(plan.Hosts, h.Name)
+		}
+		r, err := capacity.Evaluate(t.Network, plan, capacity.Options{ZeroFraction: zero})
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range r.Constraints {
+			if c.Kind == capacity.MachineCPULimit {
+				return c.Coef, nil
+			}
+		}
+		return 0, errors.New("the model has no machine CPU limit for the lab")
+	}
+	const net1, net2 = 1e9, 2e9
+	c1, err := coef(net1)
+	if err != nil {
+		return 0, err
+	}
+	c2, err := coef(net2)
+	if err != nil {
+		return 0, err
+	}
+	b := (c1 - c2) / (1/net1 - 1/net2)
+	a := c1 - b/net1
+
+	logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit", mbit))
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return 0, err
+	}
+	r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: n, mbit: mbit, image: img.name}
+	trace := traceCPU(50 * time.Millisecond)
+	res, err := env.dolly(ctx, r, img, logDir)
+	samples := trace()
+	if err != nil {
+		return 0, fmt.Errorf("calibration cast: %w", err)
+	}
+	span := time.Duration(res.seconds * float64(time.Second))
+	cores, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
+	if err != nil {
+		return 0, fmt.Errorf("calibration cast: %w", err)
+	}
+	m := cores / (float64(img.size) / res.seconds)
+	if m <= a || b <= 0 {
+		return 0, fmt.Errorf("calibration cast: %.3g CPU-s per byte is within the model's %.3g for all but the streams", m, a)
+	}
+	return b / (m - a), nil
+}
+
+// zeroFraction is the share of an image in zero runs, as the server finds it.
+func zeroFraction(ctx context.Context, path string) (float64, error) {
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		return 0, err
+	}
+	defer im.Close()
+	p, err := im.Profile(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return p.ZeroFraction, nil
+}
+
+// cpuSamples are the machine's busy time at moments.
+type cpuSamples struct {
+	at   []time.Time
+	busy []time.Duration
+}
+
+// traceCPU samples the machine's busy time every interval until the
+// returned function is called, which returns the samples.
+func traceCPU(every time.Duration) func() cpuSamples {
+	var s cpuSamples
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			s.at, s.busy = append(s.at, time.Now()), append(s.busy, machineCPU())
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() cpuSamples {
+		close(stop)
+		<-done
+		return s
+	}
+}
+
+// cores is how many cores were busy on average from a to b.
+func (s cpuSamples) cores(a, b time.Time) (float64, error) {
+	i, j := -1, -1
+	for k, t := range s.at {
+		if i < 0 && !t.Before(a) {
+			i = k
+		}
+		if !t.After(b) {
+			j = k
+		}
+	}
+	if i < 0 || j <= i {
+		return 0, errors.New("too short to sample")
+	}
+	return (s.busy[j] - s.busy[i]).Seconds() / s.at[j].Sub(s.at[i]).Seconds(), nil
+}

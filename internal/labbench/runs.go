@@ -58,6 +58,7 @@ type labEnv struct {
 	topology string
 	disks    []string
 	runs     int
+	castEnd  time.Time // when the last dolly-server exited
 }
 
 // runTimeout bounds one run; the slowest planned runs take a few minutes.
@@ -174,6 +175,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	if err := srv.wait(); err != nil {
 		errs = append(errs, fmt.Errorf("dolly-server: %w", err))
 	}
+	e.castEnd = srv.end
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
