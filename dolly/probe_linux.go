@@ -8,37 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"dolly/imaging"
 )
-
-// machineCPU is the CPU time the whole machine has been busy (all cores,
-// kernel threads included), from /proc/stat. The write path's cost lies
-// largely in kernel threads (writeback, a loop device's worker) that no
-// process's own CPU time shows.
-func machineCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	var busy int64
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		busy += n
-	}
-	const userHZ = 100 // the unit of /proc/stat on every Linux architecture dolly builds for
-	return time.Duration(busy) * time.Second / userHZ
-}
 
 // processCPU is the CPU time this process has used.
 func processCPU() time.Duration {
@@ -53,8 +28,9 @@ func processCPU() time.Duration {
 // target, and what it costs the CPU, without changing a byte: it reads
 // blocks (with O_DIRECT, so they are not cached), drops any cached copy and
 // writes the same bytes back the way a cast does (with O_DIRECT to a block
-// device unless buffered, through the page cache otherwise), then syncs. A block device that is mounted or held by another program is left
-// alone. A missing file is measured by writing a temporary file next to it.
+// device unless buffered, through the page cache otherwise), then syncs. A
+// block device that is mounted or held by another program is left alone. A
+// missing file is measured by writing a temporary file next to it.
 func probeTargetWrite(ctx context.Context, path string, budget time.Duration, buffered bool) (diskProbe, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -105,18 +81,18 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			return diskProbe{}, fmt.Errorf("reading %s: %w", path, err)
 		}
 		unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
-		t, c := time.Now(), machineCPU()
+		t, c := time.Now(), imaging.MachineCPU()
 		if _, err := out.WriteAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("writing %s: %w", path, err)
 		}
-		spent, cpu = spent+time.Since(t), cpu+machineCPU()-c
+		spent, cpu = spent+time.Since(t), cpu+imaging.MachineCPU()-c
 		wrote += probeBlock
 	}
-	t, c := time.Now(), machineCPU()
+	t, c := time.Now(), imaging.MachineCPU()
 	if err := out.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	spent, cpu = spent+time.Since(t), cpu+machineCPU()-c
+	spent, cpu = spent+time.Since(t), cpu+imaging.MachineCPU()-c
 	how := fmt.Sprintf("rewrote %s of %s in place", imaging.FormatBytes(wrote), path)
 	if outDirect {
 		how += " with O_DIRECT"
@@ -145,7 +121,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	buf := imaging.AlignedBuffer(probeBlock)
 	fillSample(buf, 3)
 	var wrote int64
-	start, c := time.Now(), machineCPU()
+	start, c := time.Now(), imaging.MachineCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
 			return diskProbe{}, err
@@ -155,7 +131,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, machineCPU()-c),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, imaging.MachineCPU()-c),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", imaging.FormatBytes(wrote), dir)}, nil
 }
 
@@ -228,7 +204,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	var sent int64
-	start, c0 := time.Now(), machineCPU()
+	start, c0 := time.Now(), imaging.MachineCPU()
 	for time.Since(start) < budget || sent < 64<<20 {
 		n, err := c.Write(buf)
 		sent += int64(n)
@@ -243,7 +219,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	c.Close()
-	cpu := (machineCPU() - c0).Seconds()
+	cpu := (imaging.MachineCPU() - c0).Seconds()
 	if copyRate > 0 {
 		cpu -= float64(sent) / copyRate
 	}

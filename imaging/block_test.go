@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +87,7 @@ func BenchmarkBlockDeviceWrite(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				start := machineBusy()
+				start := MachineCPU()
 				for off := int64(0); off < size; off += int64(len(chunk)) {
 					if _, err := tg.WriteAt(chunk, off); err != nil {
 						b.Fatal(err)
@@ -98,7 +96,7 @@ func BenchmarkBlockDeviceWrite(b *testing.B) {
 				if err := tg.Sync(); err != nil {
 					b.Fatal(err)
 				}
-				cpu += machineBusy() - start
+				cpu += MachineCPU() - start
 				tg.Close()
 			}
 			cpuPerMB[direct] = cpu.Seconds() * 1e3 / (float64(b.N) * size / 1e6)
@@ -108,22 +106,4 @@ func BenchmarkBlockDeviceWrite(b *testing.B) {
 			}
 		})
 	}
-}
-
-// machineBusy is the time all of the machine's CPUs have been busy.
-func machineBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	var ticks int64
-	for i, v := range strings.Fields(line)[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait, guest time (counted in user)
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / 100
 }

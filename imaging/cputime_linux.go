@@ -1,7 +1,10 @@
 package imaging
 
 import (
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,4 +24,26 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// MachineCPU is the time the whole machine's CPUs have been busy (all
+// cores, kernel threads included), from /proc/stat. Much of a write's or a
+// relay's cost lies in kernel threads (writeback, a loop device's worker,
+// softirqs) that no process's own CPU time shows.
+func MachineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy int64
+	for i, v := range strings.Fields(line)[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	const userHZ = 100 // the unit of /proc/stat on every Linux architecture dolly builds for
+	return time.Duration(busy) * time.Second / userHZ
 }

@@ -10,8 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"dolly/capacity"
@@ -63,7 +61,7 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, error) {
 	buf := make([]byte, 1<<20)
 	rand.Read(buf) // incompressible, and not zeros a disk could skip
-	start := machineCPU()
+	start := imaging.MachineCPU()
 	errs := make(chan error, len(disks))
 	for _, d := range disks {
 		go func() {
@@ -87,7 +85,7 @@ func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, 
 			return 0, err
 		}
 	}
-	cpu := (machineCPU() - start).Seconds()
+	cpu := (imaging.MachineCPU() - start).Seconds()
 	if cpu <= 0 {
 		return 0, errors.New("too fast to measure")
 	}
@@ -125,7 +123,7 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 		return 0, err
 	}
 	buf := make([]byte, 1<<20)
-	start, cpu0 := time.Now(), machineCPU()
+	start, cpu0 := time.Now(), imaging.MachineCPU()
 	for time.Since(start) < d && ctx.Err() == nil {
 		if _, err := c.Write(buf); err != nil {
 			c.Close()
@@ -134,7 +132,7 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 	}
 	c.(*net.TCPConn).CloseWrite()
 	n := <-received
-	cpu := (machineCPU() - cpu0).Seconds()
+	cpu := (imaging.MachineCPU() - cpu0).Seconds()
 	c.Close()
 	if n == 0 {
 		return 0, errors.New("nothing arrived")
@@ -146,24 +144,6 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 		return 0, errors.New("too fast to measure")
 	}
 	return 2 * float64(n) / cpu, nil
-}
-
-// machineCPU is the time the machine's CPUs have been busy.
-func machineCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	var busy int64
-	for i, v := range strings.Fields(line)[1:] {
-		if i == 3 || i == 4 || i >= 8 {
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		busy += n
-	}
-	return time.Duration(busy) * time.Second / 100
 }
 
 // calibrateRelay casts img along a chain of n nodes and fits the CPU cost
@@ -276,7 +256,7 @@ func traceCPU(every time.Duration) func() cpuSamples {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			s.at, s.busy = append(s.at, time.Now()), append(s.busy, machineCPU())
+			s.at, s.busy = append(s.at, time.Now()), append(s.busy, imaging.MachineCPU())
 			select {
 			case <-stop:
 				return

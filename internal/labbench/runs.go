@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"dolly/imaging"
 	"dolly/internal/lab"
 	"dolly/internal/testimage"
 	"dolly/server"
@@ -72,7 +73,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 	os.MkdirAll(logDir, 0o755)
 	var res result
 	var err error
-	start, cpu0 := time.Now(), machineCPU()
+	start, cpu0 := time.Now(), imaging.MachineCPU()
 	switch r.method {
 	case "dolly":
 		res, err = e.dolly(ctx, r, img, logDir)
@@ -84,7 +85,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 		err = fmt.Errorf("unknown method %q", r.method)
 	}
 	res.runSpec = r
-	res.busy = (machineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	res.busy = (imaging.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
 	res.cores = runtime.NumCPU()
 	if err != nil {
 		res.err = err.Error()
