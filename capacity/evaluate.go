@@ -210,11 +210,41 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		Plan:        plan,
 		Rate:        rate,
 		Depth:       depth,
-		ETA:         ETA(rate, rate*wire, depth, opt),
+		ETA:         ETA(rate, rate*wire, depth, f.hopBytes(host[1:], binding, opt), opt),
 		Bottleneck:  describeBinding(binding),
 		Binding:     binding,
 		Constraints: constraints,
 	}, nil
+}
+
+// hopBytes is the stream a hop holds in flight, which delays every node
+// below it: the pipeline fill of paper 002. A store-and-forward node (the
+// basic and paper models) sends a frame on only once it has it whole: a
+// frame per hop. dolly's relays forward bytes as they arrive, so a hop
+// holds only its queue. While something other than a link sets the rate,
+// the links have room to spare, queues drain and a hop holds next to
+// nothing; while a link does, every hop runs at the link's rate, a queue
+// of about one splice (RelayQueueBytes) stands at each, and a stall
+// anywhere is never made up. The largest over the receiving hosts counts.
+func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) float64 {
+	linkBound := false
+	for _, c := range binding {
+		if c.Kind == LinkLimit || c.Kind == BackplaneLimit {
+			linkBound = true
+		}
+	}
+	var most float64
+	for _, i := range receivers {
+		hop := float64(opt.FrameBytes)
+		if f.net.Hosts[i].Resources.Model == ModelDolly {
+			hop = 0
+			if linkBound {
+				hop = RelayQueueBytes
+			}
+		}
+		most = max(most, hop)
+	}
+	return most
 }
 
 // sharedMachine sums the CPU and memory demands of hosts that run on one

@@ -12,6 +12,9 @@ const (
 	// DefaultFrameBytes is the raw payload of one frame: small enough that
 	// forwarding starts at once, large enough to keep per-frame costs low.
 	DefaultFrameBytes = 1 << 20
+	// RelayQueueBytes is what a dolly relay holds in flight on a saturated
+	// link: one splice of a quarter of its 1 MiB pipe.
+	RelayQueueBytes = 256 << 10
 	// DefaultStartup covers connecting the tree, the handshakes and
 	// opening the targets before the first byte flows, and the final sync
 	// and verdict: about 0.1 s in the emulated lab (make bench).
@@ -56,13 +59,12 @@ func (o Options) withDefaults() Options {
 }
 
 // ETA predicts the time of a cast at rate (raw bytes/s) through a tree of
-// the given depth: the image itself, plus depth−1 frame times for the
-// pipeline to fill (a chain of n nodes costs about n−1 frame times more
-// than one node), plus the constant start-up. A frame holds FrameBytes on
-// the wire, so its time is FrameBytes/wireRate, where wireRate is the rate
-// of stream bytes (rate times the wire bytes per raw byte). Zero options
-// take defaults.
-func ETA(rate, wireRate float64, depth int, opt Options) time.Duration {
+// the given depth: the image itself, plus the lag of the depth−1 hops below
+// the first, plus the constant start-up. Each hop holds hopBytes of the
+// stream in flight (see fabric.hopBytes), which is hopBytes/wireRate seconds,
+// where wireRate is the rate of stream bytes (rate times the wire bytes
+// per raw byte). Zero options take defaults.
+func ETA(rate, wireRate float64, depth int, hopBytes float64, opt Options) time.Duration {
 	opt = opt.withDefaults()
 	if rate <= 0 || wireRate <= 0 || math.IsNaN(rate) {
 		return time.Duration(math.MaxInt64)
@@ -70,7 +72,7 @@ func ETA(rate, wireRate float64, depth int, opt Options) time.Duration {
 	if math.IsInf(rate, 1) {
 		return opt.Startup
 	}
-	seconds := float64(opt.ImageBytes)/rate + float64(max(depth-1, 0))*float64(opt.FrameBytes)/wireRate
+	seconds := float64(opt.ImageBytes)/rate + float64(max(depth-1, 0))*hopBytes/wireRate
 	if seconds > float64(math.MaxInt64/2)/float64(time.Second) {
 		return time.Duration(math.MaxInt64)
 	}

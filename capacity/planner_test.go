@@ -9,39 +9,70 @@ import (
 )
 
 func TestETA(t *testing.T) {
-	opt := Options{ImageBytes: 100 * MB, FrameBytes: 1 * MB, Startup: 500 * time.Millisecond}
+	opt := Options{ImageBytes: 100 * MB, Startup: 500 * time.Millisecond}
 	tests := []struct {
 		rate, wire float64
 		depth      int
+		hop        float64
 		want       time.Duration
 	}{
-		{10 * MB, 10 * MB, 1, 10*time.Second + 500*time.Millisecond},
-		{10 * MB, 10 * MB, 3, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
-		{100 * MB, 100 * MB, 101, time.Second + time.Second + 500*time.Millisecond},
-		// Compressed 2:1, a frame of 1 MB on the wire holds 2 MB of image.
-		{10 * MB, 5 * MB, 3, 10*time.Second + 400*time.Millisecond + 500*time.Millisecond},
+		{10 * MB, 10 * MB, 1, 1 * MB, 10*time.Second + 500*time.Millisecond},
+		{10 * MB, 10 * MB, 3, 1 * MB, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
+		{100 * MB, 100 * MB, 101, 1 * MB, time.Second + time.Second + 500*time.Millisecond},
+		// Compressed 2:1, a hop holding 1 MB of the wire holds 2 MB of image.
+		{10 * MB, 5 * MB, 3, 1 * MB, 10*time.Second + 400*time.Millisecond + 500*time.Millisecond},
+		// Hops that hold nothing cost nothing, however deep.
+		{10 * MB, 10 * MB, 50, 0, 10*time.Second + 500*time.Millisecond},
 	}
 	for _, tt := range tests {
-		if got := ETA(tt.rate, tt.wire, tt.depth, opt); got != tt.want {
-			t.Errorf("ETA(%v MB/s, wire %v MB/s, depth %d) = %v, want %v", tt.rate/MB, tt.wire/MB, tt.depth, got, tt.want)
+		if got := ETA(tt.rate, tt.wire, tt.depth, tt.hop, opt); got != tt.want {
+			t.Errorf("ETA(%v MB/s, wire %v MB/s, depth %d, hop %v MB) = %v, want %v", tt.rate/MB, tt.wire/MB, tt.depth, tt.hop/MB, got, tt.want)
 		}
 	}
-	if got := ETA(0, 0, 1, opt); got < 100*365*24*time.Hour {
+	if got := ETA(0, 0, 1, 1*MB, opt); got < 100*365*24*time.Hour {
 		t.Errorf("ETA at rate 0 = %v, want practically forever", got)
 	}
 }
 
-// TestChainFillCost: a chain of n nodes costs n−1 frame times more than
-// one node at the same rate (segmentation, paper 002 section 2.1).
+// TestChainFillCost: a chain of n nodes costs more than one node by what
+// its n−1 lower hops hold. Store-and-forward nodes (the paper's model)
+// hold a frame each (segmentation, paper 002 section 2.1); dolly's relays
+// cut through and hold a splice's queue while a link sets the rate,
+// nothing while their CPU does.
 func TestChainFillCost(t *testing.T) {
-	opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
-	one := mustEvaluate(t, oneSwitch(1, gbe, patagonia), Chain(1), Compression{})
-	for _, n := range []int{2, 10, 50} {
-		r := mustEvaluate(t, oneSwitch(n, gbe, patagonia), Chain(n), Compression{})
-		extra := ETA(r.Rate, r.Rate, r.Depth, opt) - ETA(one.Rate, one.Rate, one.Depth, opt)
-		want := time.Duration(float64(n-1) * float64(opt.FrameBytes) / r.Rate * float64(time.Second))
-		if d := extra - want; d < -time.Microsecond || d > time.Microsecond {
-			t.Errorf("chain of %d: %v more than one node, want %v", n, extra, want)
+	// Relaying is free here, so the rate is the same at any length.
+	dollyCPU := Resources{Model: ModelDolly, Cores: 1, CPU: CPURates{Net: 1e15, Copy: 300 * MB, Digest: 300 * MB}}
+	tests := []struct {
+		name string
+		res  Resources
+		link float64
+		hop  float64 // bytes each lower hop adds
+	}{
+		{"paper model", patagonia, gbe, 4 << 20},
+		{"dolly, link-bound", Resources{Model: ModelDolly}, gbe, RelayQueueBytes},
+		{"dolly, CPU-bound", dollyCPU, 10 * gbe, 0},
+	}
+	for _, tt := range tests {
+		opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
+		eval := func(n int) Result {
+			net := oneSwitch(n, tt.link, tt.res)
+			r, err := Evaluate(net, Plan{Tree: Chain(n), Hosts: hostNames(net)}, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		one := eval(1)
+		for _, n := range []int{2, 10, 50} {
+			r := eval(n)
+			if r.Rate != one.Rate {
+				t.Fatalf("%s: chain of %d at %v, one node at %v: the test wants one rate", tt.name, n, r.Rate, one.Rate)
+			}
+			extra := r.ETA - one.ETA
+			want := time.Duration(float64(n-1) * tt.hop / r.Rate * float64(time.Second))
+			if d := extra - want; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("%s: chain of %d: %v more than one node, want %v", tt.name, n, extra, want)
+			}
 		}
 	}
 }

@@ -340,7 +340,14 @@ func (l *Lab) Disk(ctx context.Context, name string, size int64, fill byte) (str
 		return "", err
 	}
 	f.Close()
-	out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", path).CombinedOutput()
+	// Direct I/O: the loop device writes through to the machine's disk as
+	// the node writes, as a PC's own disk would, instead of piling every
+	// node's data up as the machine's dirty pages and flushing them all
+	// at the end of the cast, one node after another.
+	out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", "--direct-io=on", path).CombinedOutput()
+	if err != nil {
+		out, err = exec.CommandContext(ctx, "losetup", "--find", "--show", path).CombinedOutput()
+	}
 	if err != nil {
 		return path, nil // a file target where loop devices cannot be had
 	}

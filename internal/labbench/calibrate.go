@@ -7,14 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"dolly/capacity"
+	"dolly/dolly"
 	"dolly/imaging"
 	"dolly/internal/lab"
+	"dolly/server"
 )
 
 // calibrate probes the lab once, on a quiet machine: a node's probe of one
@@ -146,28 +150,70 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 	return 2 * float64(n) / cpu, nil
 }
 
-// calibrateRelay casts img along a chain of n nodes and fits the CPU cost
-// of a stream byte as dolly's relays carry it, which is what the
-// machine-wide CPU limit of a larger cast is made of. A lone TCP stream (streamCost)
-// misses the relays' pipes, wake-ups and context switches, which on a
-// machine running every host at once are a large part of the cost.
+// A costFit names a figure of the lab's probe that calibration casts fit:
+// the cost of a relayed stream byte, or of a decoded one.
+type costFit struct {
+	compression string // the casts' stream: "none" or "zstd"
+	what        string // for messages
+	get         func(capacity.Probe) float64
+	set         func(*capacity.Probe, float64)
+}
+
+var (
+	// The relay's cost per stream byte: what the machine-wide CPU limit of
+	// a larger cast is made of. A lone TCP stream (streamCost) misses the
+	// relays' pipes, wake-ups and context switches, which on a machine
+	// running every host at once are a large part of the cost.
+	relayFit = costFit{compression: "none", what: "stream end",
+		get: func(p capacity.Probe) float64 { return p.NetStreamBytesPerSec },
+		set: func(p *capacity.Probe, v float64) { p.NetStreamBytesPerSec = v }}
+	// The decoder's cost per raw byte while every node decodes at once:
+	// the probe times one decoder on a quiet machine.
+	decodeFit = costFit{compression: "zstd", what: "zstd decoder",
+		get: func(p capacity.Probe) float64 { return p.DecompressBytesPerSec["zstd"] },
+		set: func(p *capacity.Probe, v float64) {
+			p.DecompressBytesPerSec = maps.Clone(p.DecompressBytesPerSec)
+			p.DecompressBytesPerSec["zstd"] = v
+		}}
+)
+
+// calibrateCost casts img along chains of lo and hi nodes and fits one
+// figure x of the probe (fit) to the machine's CPU in those casts, the
+// limit of the lab's larger casts.
 //
-// The fit: for the n-node chain the model's machine CPU coefficient is
-// A + B/net (seconds of CPU per image byte), where net is the stream cost
-// and A all else the model counts. The cast's measured CPU per image byte
-// m then gives net = B/(m−A). m is taken over the middle of the transfer,
-// leaving out the start-up (the server profiles the image) and the end. One
-// cast fixes net; the runs are predictions from it. The cost per byte
-// falls as the machine gets busier (more bytes per wake-up), so the cast
-// should load the machine as the runs whose limit it sets do.
-func calibrateRelay(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, mbit float64, img image, n int) (float64, error) {
-	zero, err := zeroFraction(ctx, img.raw)
+// For an n-node chain the model's machine CPU coefficient is A(n) + B(n)/x
+// (seconds of CPU per image byte), A being all else the model counts. Each
+// cast's measured CPU per image byte m(n) is taken over the middle of its
+// transfer, leaving out the start-up (the server profiles the image) and
+// the end. The two casts fit the slope, the cost each added node brings:
+//
+//	x = (B(hi) − B(lo)) / (m(hi) − m(lo) − (A(hi) − A(lo)))
+//
+// so what the machine spends whatever the cast's size (the bench itself,
+// the server's reading, daemons) is not charged to every node, as a fit
+// from one cast would. The runs are predictions from it.
+func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fit costFit, mbit float64, img image, lo, hi int) (float64, error) {
+	path := img.raw
+	if fit.compression == "zstd" {
+		path = img.zst
+	}
+	opt, decode, err := castOptions(ctx, path)
 	if err != nil {
 		return 0, err
 	}
-	coef := func(net float64) (float64, error) {
+	plan := capacity.Plan{Hosts: []string{"dolly-server"}}
+	if fit.compression == "zstd" {
+		plan.Compression = opt.Compression
+	}
+	coef := func(n int, x float64) (float64, error) {
 		p := probe
-		p.NetStreamBytesPerSec = net
+		fit.set(&p, x)
+		if std := p.DecompressBytesPerSec["zstd"]; decode > 0 && std > 0 {
+			// As the server does: this image decodes at its own speed,
+			// not the standard sample's.
+			p.DecompressBytesPerSec = maps.Clone(p.DecompressBytesPerSec)
+			p.DecompressBytesPerSec["zstd"] = std * decode / probe.DecompressBytesPerSec["zstd"]
+		}
 		data, err := env.lab.Topology(spec, p)
 		if err != nil {
 			return 0, err
@@ -176,11 +222,12 @@ func calibrateRelay(ctx context.Context, env *labEnv, spec lab.Spec, probe capac
 		if err != nil {
 			return 0, err
 		}
-		plan := capacity.Plan{Tree: capacity.Chain(n), Hosts: []string{"dolly-server"}}
+		pl := plan
+		pl.Tree = capacity.Chain(n)
 		for _, h := range env.lab.Nodes[:n] {
-			plan.Hosts = append(plan.Hosts, h.Name)
+			pl.Hosts = append(pl.Hosts, h.Name)
 		}
-		r, err := capacity.Evaluate(t.Network, plan, capacity.Options{ZeroFraction: zero})
+		r, err := capacity.Evaluate(t.Network, pl, opt)
 		if err != nil {
 			return 0, err
 		}
@@ -191,53 +238,90 @@ func calibrateRelay(ctx context.Context, env *labEnv, spec lab.Spec, probe capac
 		}
 		return 0, errors.New("the model has no machine CPU limit for the lab")
 	}
-	const net1, net2 = 1e9, 2e9
-	c1, err := coef(net1)
+	// model returns A(n) and B(n) from the coefficient at two values of x.
+	model := func(n int) (a, b float64, err error) {
+		x1 := fit.get(probe)
+		x2 := 2 * x1
+		c1, err := coef(n, x1)
+		if err != nil {
+			return 0, 0, err
+		}
+		c2, err := coef(n, x2)
+		if err != nil {
+			return 0, 0, err
+		}
+		b = (c1 - c2) / (1/x1 - 1/x2)
+		return c1 - b/x1, b, nil
+	}
+	measure := func(n int) (float64, error) {
+		logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d", mbit, fit.compression, n))
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return 0, err
+		}
+		r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: fit.compression, nodes: n, mbit: mbit, image: img.name}
+		trace := traceCPU(50 * time.Millisecond)
+		res, err := env.dolly(ctx, r, img, logDir)
+		samples := trace()
+		syscall.Sync()
+		if err != nil {
+			return 0, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+		}
+		span := time.Duration(res.seconds * float64(time.Second))
+		cores, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
+		if err != nil {
+			return 0, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+		}
+		return cores / (float64(img.size) / res.seconds), nil
+	}
+	if fit.get(probe) <= 0 {
+		return 0, fmt.Errorf("the probe has no %s figure to start from", fit.what)
+	}
+	aLo, bLo, err := model(lo)
 	if err != nil {
 		return 0, err
 	}
-	c2, err := coef(net2)
+	aHi, bHi, err := model(hi)
 	if err != nil {
 		return 0, err
 	}
-	b := (c1 - c2) / (1/net1 - 1/net2)
-	a := c1 - b/net1
-
-	logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit", mbit))
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+	mLo, err := measure(lo)
+	if err != nil {
 		return 0, err
 	}
-	r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: n, mbit: mbit, image: img.name}
-	trace := traceCPU(50 * time.Millisecond)
-	res, err := env.dolly(ctx, r, img, logDir)
-	samples := trace()
+	mHi, err := measure(hi)
 	if err != nil {
-		return 0, fmt.Errorf("calibration cast: %w", err)
+		return 0, err
 	}
-	span := time.Duration(res.seconds * float64(time.Second))
-	cores, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
-	if err != nil {
-		return 0, fmt.Errorf("calibration cast: %w", err)
+	dm, da, db := mHi-mLo, aHi-aLo, bHi-bLo
+	if dm <= da || db <= 0 {
+		return 0, fmt.Errorf("calibration casts: %d nodes cost %.3g CPU-s per byte more than %d, within the model's %.3g for all but the %s", hi, dm, lo, da, fit.what)
 	}
-	m := cores / (float64(img.size) / res.seconds)
-	if m <= a || b <= 0 {
-		return 0, fmt.Errorf("calibration cast: %.3g CPU-s per byte is within the model's %.3g for all but the streams", m, a)
-	}
-	return b / (m - a), nil
+	return db / (dm - da), nil
 }
 
-// zeroFraction is the share of an image in zero runs, as the server finds it.
-func zeroFraction(ctx context.Context, path string) (float64, error) {
+// castOptions are the model's options for casting the image at path, as
+// the server finds them, and the rate one core here decodes it at (0 for
+// a raw image).
+func castOptions(ctx context.Context, path string) (capacity.Options, float64, error) {
 	im, err := imaging.OpenImage(path)
 	if err != nil {
-		return 0, err
+		return capacity.Options{}, 0, err
 	}
 	defer im.Close()
+	if im.Encoding.Compressed() {
+		if err := im.Scan(ctx, nil); err != nil {
+			return capacity.Options{}, 0, err
+		}
+	}
 	p, err := im.Profile(ctx)
 	if err != nil {
-		return 0, err
+		return capacity.Options{}, 0, err
 	}
-	return p.ZeroFraction, nil
+	decode := 0.0
+	if im.Encoding.Compressed() {
+		decode = p.DecodeRate
+	}
+	return server.Options(p, dolly.DefaultFrameSize), decode, nil
 }
 
 // cpuSamples are the machine's busy time at moments.

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -45,7 +46,7 @@ func run() error {
 	flag.StringVar(&o.out, "out", "bench/out", "directory for results")
 	flag.StringVar(&o.work, "work", "", "directory for images, disks and logs (default: a temporary one)")
 	flag.BoolVar(&o.quick, "quick", false, "the quick subset (about 5 minutes) instead of the full matrix (about 30)")
-	only := flag.String("only", "", "run only the runs whose description contains this, e.g. \"2-tree\"")
+	only := flag.String("only", "", "run only the runs whose description matches this regular expression, e.g. \"2-tree\" or \"chain +none +(1|24) nodes +100\"")
 	flag.Parse()
 	if err := lab.Available(); err != nil {
 		return fmt.Errorf("the emulated lab %v: run as root on Linux with iproute2", err)
@@ -74,7 +75,11 @@ func run() error {
 		plan = quickPlan()
 	}
 	if *only != "" {
-		plan = slices.DeleteFunc(plan, func(r runSpec) bool { return !strings.Contains(r.String(), *only) })
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+		plan = slices.DeleteFunc(plan, func(r runSpec) bool { return !re.MatchString(r.String()) })
 		if len(plan) == 0 {
 			return fmt.Errorf("no run matches -only %q", *only)
 		}
@@ -167,25 +172,31 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
 	if len(l.Nodes) >= 2 {
-		// Half the lab loads the machine as the larger runs, whose limit
-		// this sets, do.
+		// One node and half the lab: the slope between them is the cost
+		// of a node.
 		img, n := images[g.runs[0].image], max(2, len(l.Nodes)/2)
-		net, err := calibrateRelay(ctx, env, spec, probe, g.mbit, img, n)
-		syscall.Sync()
-		if err != nil {
-			// The runs still tell what they measure; only the model lacks
-			// the relay's cost and counts a lone stream's instead.
-			fmt.Printf("labbench: warning: no calibration cast, the model counts a lone TCP stream: %v\n", err)
-		} else {
-			fmt.Printf("labbench: a %d-node cast of the %s image costs %.0f MB/s per core per stream end (a lone TCP stream: %.0f)\n",
-				n, img.name, net/1e6, probe.NetStreamBytesPerSec/1e6)
-			probe.NetStreamBytesPerSec = net
-			if topo, err = l.Topology(spec, probe); err != nil {
-				return nil, err
+		fits := []costFit{relayFit}
+		if slices.ContainsFunc(g.runs, func(r runSpec) bool { return r.method == "dolly" && r.compression == "zstd" }) {
+			fits = append(fits, decodeFit)
+		}
+		for _, fit := range fits {
+			v, err := calibrateCost(ctx, env, spec, probe, fit, g.mbit, img, 1, n)
+			if err != nil {
+				// The runs still tell what they measure; only the model
+				// keeps the quiet machine's figure.
+				fmt.Printf("labbench: warning: no calibration of the %s, the model keeps the probe's %.0f MB/s per core: %v\n",
+					fit.what, fit.get(probe)/1e6, err)
+				continue
 			}
-			if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
-				return nil, err
-			}
+			fmt.Printf("labbench: casts of 1 and %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
+				n, img.name, v/1e6, fit.what, fit.get(probe)/1e6)
+			fit.set(&probe, v)
+		}
+		if topo, err = l.Topology(spec, probe); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
+			return nil, err
 		}
 	}
 	var results []result
