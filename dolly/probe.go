@@ -198,19 +198,25 @@ func defaultRouteInterface() (string, error) {
 }
 
 // measure runs work repeatedly for about budget and returns bytes/s.
-// The rate is over the process's CPU time, not the clock: a rate per core
-// that other programs on the machine (other nodes probing at the same
-// time, writeback) do not skew.
+// The rate is over the CPU time of the thread that runs work, not the
+// clock: a rate per core that other programs on the machine (other nodes
+// probing at the same time, writeback) do not skew, nor the rest of this
+// process (dolly-server probes itself while nodes join).
 func measure(budget time.Duration, work func() int) float64 {
-	var n int64
-	start, cpu0 := time.Now(), processCPU()
-	for time.Since(start) < budget || n == 0 {
-		n += int64(work())
-	}
-	if spent := processCPU() - cpu0; spent > 0 {
-		return float64(n) / spent.Seconds()
-	}
-	return float64(n) / time.Since(start).Seconds()
+	var rate float64
+	imaging.OnOneThread(func(cpu func() time.Duration) {
+		var n int64
+		start, cpu0 := time.Now(), cpu()
+		for time.Since(start) < budget || n == 0 {
+			n += int64(work())
+		}
+		if spent := cpu() - cpu0; spent > 0 {
+			rate = float64(n) / spent.Seconds()
+		} else {
+			rate = float64(n) / time.Since(start).Seconds()
+		}
+	})
+	return rate
 }
 
 // fillSample makes data like a filesystem's: half text, half binary, no

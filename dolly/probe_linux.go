@@ -15,15 +15,6 @@ import (
 	"dolly/imaging"
 )
 
-// processCPU is the CPU time this process has used.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // probeTargetWrite measures how fast the cast's write path reaches the
 // target, and what it costs the CPU, without changing a byte: it reads
 // blocks (with O_DIRECT, so they are not cached), drops any cached copy and

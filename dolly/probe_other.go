@@ -21,6 +21,3 @@ func probeRead(context.Context, string, time.Duration) (float64, error) {
 func probeNetStream([]byte, float64, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }
-
-// processCPU is unknown here; rates fall back to the clock.
-func processCPU() time.Duration { return 0 }

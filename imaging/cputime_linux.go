@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// onOneThread runs f locked to one OS thread; cpu tells that thread's CPU
+// OnOneThread runs f locked to one OS thread; cpu tells that thread's CPU
 // time, so f can time work that runs in its own goroutine.
-func onOneThread(f func(cpu func() time.Duration)) {
+func OnOneThread(f func(cpu func() time.Duration)) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f(threadCPU)

@@ -4,8 +4,8 @@ package imaging
 
 import "time"
 
-// onOneThread runs f; without a per-thread clock, cpu reports nothing.
-func onOneThread(f func(cpu func() time.Duration)) { f(func() time.Duration { return 0 }) }
+// OnOneThread runs f; without a per-thread clock, cpu reports nothing.
+func OnOneThread(f func(cpu func() time.Duration)) { f(func() time.Duration { return 0 }) }
 
 // MachineCPU reports nothing where there is no /proc/stat.
 func MachineCPU() time.Duration { return 0 }

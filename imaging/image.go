@@ -104,7 +104,7 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	var zeros int64
 	var decodeCPU time.Duration
 	var scanErr error
-	onOneThread(func(cpu func() time.Duration) {
+	OnOneThread(func(cpu func() time.Duration) {
 		for {
 			if scanErr = ctx.Err(); scanErr != nil {
 				return

@@ -90,7 +90,7 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 // decodeRate times one core decoding a compressed stream held in memory.
 func decodeRate(enc Encoding, stream []byte) float64 {
 	var rate float64
-	onOneThread(func(cpu func() time.Duration) {
+	OnOneThread(func(cpu func() time.Duration) {
 		d, err := NewDecoder(enc, bytes.NewReader(stream))
 		if err != nil {
 			return
