@@ -118,6 +118,29 @@ type node struct {
 	// done is set once the node has the image (and reported it).
 	done   bool
 	digest imaging.Digest
+
+	// upstreams orders upstream changes (see takeUpstream).
+	upstreams upstreamOrder
+}
+
+// upstreamOrder lets a data connection become the upstream only if none
+// accepted after it already has.
+type upstreamOrder struct {
+	mu  sync.Mutex
+	seq uint64 // accept number of the current upstream's connection
+}
+
+// take runs set, which makes connection seq the upstream, unless a later
+// connection is the upstream already; it reports whether it ran.
+func (o *upstreamOrder) take(seq uint64, set func()) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if seq < o.seq {
+		return false
+	}
+	o.seq = seq
+	set()
+	return true
 }
 
 type receipt struct {
@@ -626,16 +649,21 @@ func (n *node) streamHeader(ctx context.Context) (StreamHeader, error) {
 func (n *node) acceptUpstreams(ctx context.Context, first chan<- StreamHeader) {
 	stop := context.AfterFunc(ctx, func() { n.ln.Close() })
 	defer stop()
-	for {
+	for seq := uint64(1); ; seq++ {
 		c, err := n.ln.Accept()
 		if err != nil {
 			return
 		}
-		go n.takeUpstream(ctx, c, first)
+		go n.takeUpstream(ctx, c, seq, first)
 	}
 }
 
-func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- StreamHeader) {
+// takeUpstream makes c, the seq-th data connection accepted, the relay's
+// upstream once its handshake is through. Handshakes run side by side and
+// end in any order: an upstream that was taken out of the cast (its
+// connection accepted, its handshake slow) must not displace the one the
+// server gave next, so a connection never replaces one accepted after it.
+func (n *node) takeUpstream(ctx context.Context, c net.Conn, seq uint64, first chan<- StreamHeader) {
 	// A node that is going away must not leave its upstream waiting for
 	// the handshake's timeout.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -678,7 +706,12 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, first chan<- Stream
 		c.Close()
 		return
 	}
-	pos, err := n.relay.SetUpstream(ctx, up)
+	var pos int64
+	if !n.upstreams.take(seq, func() { pos, err = n.relay.SetUpstream(ctx, up) }) {
+		n.log.Warn("dropped a stale data connection: a newer upstream is in place", "from", c.RemoteAddr())
+		c.Close()
+		return
+	}
 	if err == nil {
 		err = in.answer(n.frameKey, pos)
 	}
