@@ -28,8 +28,8 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
 	}
 	net, notes := s.network(ready)
 	opt := Options(s.profile, s.cfg.FrameSize)
-	if f := decodeFactor(s.profile, s.probe.Probe); f != 1 {
-		scaleDecode(&net, opt.Compression.Codec, f)
+	if f := DecodeFactor(s.profile, s.probe.Probe); f != 1 {
+		ScaleDecode(&net, opt.Compression.Codec, f)
 		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
 	}
 	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
@@ -212,9 +212,9 @@ func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Netwo
 	return net, nil
 }
 
-// decodeFactor is how fast the image decodes against the probes' standard
+// DecodeFactor is how fast the image decodes against the probes' standard
 // sample, both timed on the server. 1 when either is unknown.
-func decodeFactor(p imaging.Profile, server capacity.Probe) float64 {
+func DecodeFactor(p imaging.Profile, server capacity.Probe) float64 {
 	std := server.DecompressBytesPerSec[p.Codec.String()]
 	if p.DecodeRate <= 0 || std <= 0 {
 		return 1
@@ -222,8 +222,8 @@ func decodeFactor(p imaging.Profile, server capacity.Probe) float64 {
 	return p.DecodeRate / std
 }
 
-// scaleDecode scales every host's decoding rate for codec by f.
-func scaleDecode(net *capacity.Network, codec string, f float64) {
+// ScaleDecode scales every host's decoding rate for codec by f.
+func ScaleDecode(net *capacity.Network, codec string, f float64) {
 	for i := range net.Hosts {
 		rates := net.Hosts[i].Resources.CPU.Decompress
 		if v, ok := rates[codec]; ok {

@@ -197,7 +197,7 @@ func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capaci
 	if fit.compression == "zstd" {
 		path = img.zst
 	}
-	opt, decode, err := castOptions(ctx, path)
+	opt, profile, err := castOptions(ctx, path)
 	if err != nil {
 		return 0, err
 	}
@@ -208,12 +208,6 @@ func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capaci
 	coef := func(n int, x float64) (float64, error) {
 		p := probe
 		fit.set(&p, x)
-		if std := p.DecompressBytesPerSec["zstd"]; decode > 0 && std > 0 {
-			// As the server does: this image decodes at its own speed,
-			// not the standard sample's.
-			p.DecompressBytesPerSec = maps.Clone(p.DecompressBytesPerSec)
-			p.DecompressBytesPerSec["zstd"] = std * decode / probe.DecompressBytesPerSec["zstd"]
-		}
 		data, err := env.lab.Topology(spec, p)
 		if err != nil {
 			return 0, err
@@ -222,6 +216,9 @@ func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capaci
 		if err != nil {
 			return 0, err
 		}
+		// As the server does: this image decodes at its own speed, not the
+		// standard sample's, and the lab's probe stands for the server's.
+		server.ScaleDecode(&t.Network, opt.Compression.Codec, server.DecodeFactor(profile, probe))
 		pl := plan
 		pl.Tree = capacity.Chain(n)
 		for _, h := range env.lab.Nodes[:n] {
@@ -299,29 +296,22 @@ func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capaci
 	return db / (dm - da), nil
 }
 
-// castOptions are the model's options for casting the image at path, as
-// the server finds them, and the rate one core here decodes it at (0 for
-// a raw image).
-func castOptions(ctx context.Context, path string) (capacity.Options, float64, error) {
+// castOptions are the model's options for casting the image at path, and
+// its profile, as the server finds them.
+func castOptions(ctx context.Context, path string) (capacity.Options, imaging.Profile, error) {
 	im, err := imaging.OpenImage(path)
 	if err != nil {
-		return capacity.Options{}, 0, err
+		return capacity.Options{}, imaging.Profile{}, err
 	}
 	defer im.Close()
-	if im.Encoding.Compressed() {
-		if err := im.Scan(ctx, nil); err != nil {
-			return capacity.Options{}, 0, err
-		}
+	if err := im.Scan(ctx, nil); err != nil { // a raw image needs none
+		return capacity.Options{}, imaging.Profile{}, err
 	}
 	p, err := im.Profile(ctx)
 	if err != nil {
-		return capacity.Options{}, 0, err
+		return capacity.Options{}, imaging.Profile{}, err
 	}
-	decode := 0.0
-	if im.Encoding.Compressed() {
-		decode = p.DecodeRate
-	}
-	return server.Options(p, dolly.DefaultFrameSize), decode, nil
+	return server.Options(p, dolly.DefaultFrameSize), p, nil
 }
 
 // cpuSamples are the machine's busy time at moments.
