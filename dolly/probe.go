@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -102,7 +100,7 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 	// that of the largest step, not of them all.
 	runtime.GC()
 	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
-	fillSample(src, 1)
+	imaging.StandardSample(src, 1)
 	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
 	if rate, err := probeNetStream(src, r.MemcpyBytesPerSec, cfg.Budget); err != nil {
@@ -115,7 +113,7 @@ func RunProbe(ctx context.Context, cfg ProbeConfig) ProbeReport {
 	r.DecompressBytesPerSec = map[string]float64{}
 	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
 		runtime.GC()
-		rate, err := probeDecompress(enc, sample, cfg.Budget)
+		rate, err := probeDecompress(enc, cfg.Budget)
 		if err != nil {
 			note("%s decompression: %v", enc, err)
 			continue
@@ -219,45 +217,23 @@ func measure(budget time.Duration, work func() int) float64 {
 	return rate
 }
 
-// fillSample makes data like a filesystem's: half text, half binary, no
-// zero runs (those cost a node nothing), about 2:1 compressible.
-func fillSample(p []byte, seed uint64) {
-	r := rand.New(rand.NewPCG(seed, 7))
-	words := []string{"kernel ", "module ", "libc.so.6 ", "/usr/share/doc ", "config\n", "0x0000ffff ", "README ", "mount "}
-	for i := 0; i < len(p); {
-		n := min(len(p)-i, 4096*(1+r.IntN(16)))
-		if r.IntN(2) == 0 {
-			for j := i; j+8 <= i+n; j += 8 {
-				binary.LittleEndian.PutUint64(p[j:], r.Uint64())
-			}
-		} else {
-			for j := i; j < i+n; {
-				j += copy(p[j:i+n], words[r.IntN(len(words))])
-			}
-		}
-		i += n
-	}
-}
-
-// probeDecompress measures dolly's own decoder on the sample.
-func probeDecompress(enc imaging.Encoding, sample []byte, budget time.Duration) (float64, error) {
-	var packed bytes.Buffer
-	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
+// probeDecompress measures dolly's own decoder on the standard sample,
+// decoded as one long stream, as a node decodes a cast.
+func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error) {
+	s, err := imaging.NewSampleDecoder(enc)
+	if err != nil {
 		return 0, err
 	}
+	defer s.Close()
+	buf := make([]byte, 1<<20)
 	var failed error
 	rate := measure(budget, func() int {
-		d, err := imaging.NewDecoder(enc, bytes.NewReader(packed.Bytes()))
+		n, err := s.Decode(buf)
 		if err != nil {
 			failed = err
-			return 1
+			return max(n, 1)
 		}
-		defer d.Close()
-		n, err := io.Copy(io.Discard, d)
-		if err != nil {
-			failed = err
-		}
-		return int(n)
+		return n
 	})
 	return rate, failed
 }

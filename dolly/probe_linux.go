@@ -110,7 +110,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	defer os.Remove(f.Name())
 	defer f.Close()
 	buf := imaging.AlignedBuffer(probeBlock)
-	fillSample(buf, 3)
+	imaging.StandardSample(buf, 3)
 	var wrote int64
 	start, c := time.Now(), imaging.MachineCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {

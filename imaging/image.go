@@ -25,9 +25,11 @@ type Image struct {
 	Digest Digest
 	// ZeroBytes is how much of a compressed image decodes to zero runs,
 	// known after Scan.
-	ZeroBytes  int64
-	decodeRate float64 // raw bytes per CPU second, measured by Scan
-	f          *os.File
+	ZeroBytes int64
+	// Measured by Scan: raw bytes decoded per CPU second, and that rate
+	// over the standard sample's.
+	decodeRate, decodeFactor float64
+	f                        *os.File
 }
 
 // OpenImage opens an image and detects its encoding from its first bytes.
@@ -102,9 +104,13 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	d := NewDigester()
 	buf := make([]byte, 1<<20)
 	var zeros int64
-	var decodeCPU time.Duration
 	var scanErr error
 	OnOneThread(func(cpu func() time.Duration) {
+		gauge := newDecodeGauge(im.Encoding, cpu)
+		defer func() {
+			im.decodeRate, im.decodeFactor = gauge.rate(), gauge.factor()
+			gauge.close()
+		}()
 		for {
 			if scanErr = ctx.Err(); scanErr != nil {
 				return
@@ -112,9 +118,7 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 			// Whole buffers keep zero runs aligned to the image, as a
 			// node sees them. The decoder runs in this goroutine, so the
 			// thread's CPU time around it is the decoding's.
-			t := cpu()
-			n, rerr := readFull(dec, buf)
-			decodeCPU += cpu() - t
+			n, rerr := gauge.read(dec, buf)
 			eof := rerr == io.EOF
 			if n > 0 {
 				Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
@@ -139,9 +143,6 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	})
 	if scanErr != nil {
 		return scanErr
-	}
-	if decodeCPU > 0 {
-		im.decodeRate = float64(d.Len()) / decodeCPU.Seconds()
 	}
 	if d.Len() == 0 {
 		return fmt.Errorf("image %s decodes to nothing", im.Path)

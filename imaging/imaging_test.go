@@ -427,6 +427,9 @@ func TestProfile(t *testing.T) {
 			if p.Factor < 1.5 {
 				t.Errorf("compression factor %.2f of a half-empty image", p.Factor)
 			}
+			if p.DecodeRate <= 0 || p.DecodeFactor <= 0 {
+				t.Errorf("decode rate %.0f, factor %.2f: want both measured", p.DecodeRate, p.DecodeFactor)
+			}
 		})
 	}
 }

@@ -25,10 +25,13 @@ type Profile struct {
 	Sampled bool
 	// DecodeRate is how many raw bytes of this image one core of this
 	// machine decodes per second, as a node will decode its stream (the
-	// stored one, or the one compressed on the fly). Decoders' speed
-	// depends on the data, so nodes' rates on a standard sample are scaled
-	// by this image's rate against that sample here.
+	// stored one, or the one compressed on the fly).
 	DecodeRate float64
+	// DecodeFactor is DecodeRate over the rate of the standard sample
+	// (StandardSample), both timed together; 0 when unknown. Decoders'
+	// speed depends on the data, so nodes' rates on the sample are scaled
+	// by it.
+	DecodeFactor float64
 }
 
 // profileSamples is how many evenly spread pieces of a raw image Profile
@@ -48,7 +51,7 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 		}
 		p.ZeroFraction = float64(im.ZeroBytes) / float64(im.Size)
 		p.Codec, p.Factor = im.Encoding, float64(im.Size)/float64(im.StreamSize)
-		p.DecodeRate = im.decodeRate
+		p.DecodeRate, p.DecodeFactor = im.decodeRate, im.decodeFactor
 		return p, nil
 	}
 	p.Sampled, p.Codec = true, Zstd
@@ -83,24 +86,32 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 	}
 	p.ZeroFraction = float64(zeros) / float64(sampled)
 	p.Factor = float64(sampled) / float64(max(packed.Len(), 1))
-	p.DecodeRate = decodeRate(Zstd, packed.Bytes())
+	p.DecodeRate, p.DecodeFactor = decodeRate(Zstd, packed.Bytes())
 	return p, nil
 }
 
-// decodeRate times one core decoding a compressed stream held in memory.
-func decodeRate(enc Encoding, stream []byte) float64 {
-	var rate float64
+// decodeRate times one core decoding a compressed stream held in memory,
+// and returns its rate and its factor against the standard sample.
+func decodeRate(enc Encoding, stream []byte) (rate, factor float64) {
 	OnOneThread(func(cpu func() time.Duration) {
 		d, err := NewDecoder(enc, bytes.NewReader(stream))
 		if err != nil {
 			return
 		}
 		defer d.Close()
-		start := cpu()
-		n, err := io.Copy(io.Discard, d)
-		if spent := cpu() - start; err == nil && spent > 0 {
-			rate = float64(n) / spent.Seconds()
+		gauge := newDecodeGauge(enc, cpu)
+		defer gauge.close()
+		buf := make([]byte, 1<<20)
+		for {
+			_, err := gauge.read(d, buf)
+			if err == io.EOF {
+				rate, factor = gauge.rate(), gauge.factor()
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
 	})
-	return rate
+	return rate, factor
 }

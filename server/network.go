@@ -28,7 +28,7 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
 	}
 	net, notes := s.network(ready)
 	opt := Options(s.profile, s.cfg.FrameSize)
-	if f := DecodeFactor(s.profile, s.probe.Probe); f != 1 {
+	if f := DecodeFactor(s.profile); f != 1 {
 		ScaleDecode(&net, opt.Compression.Codec, f)
 		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
 	}
@@ -213,13 +213,12 @@ func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Netwo
 }
 
 // DecodeFactor is how fast the image decodes against the probes' standard
-// sample, both timed on the server. 1 when either is unknown.
-func DecodeFactor(p imaging.Profile, server capacity.Probe) float64 {
-	std := server.DecompressBytesPerSec[p.Codec.String()]
-	if p.DecodeRate <= 0 || std <= 0 {
+// sample, both timed together on the server; 1 when unknown.
+func DecodeFactor(p imaging.Profile) float64 {
+	if p.DecodeFactor <= 0 {
 		return 1
 	}
-	return p.DecodeRate / std
+	return p.DecodeFactor
 }
 
 // ScaleDecode scales every host's decoding rate for codec by f.

@@ -218,7 +218,7 @@ func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capaci
 		}
 		// As the server does: this image decodes at its own speed, not the
 		// standard sample's, and the lab's probe stands for the server's.
-		server.ScaleDecode(&t.Network, opt.Compression.Codec, server.DecodeFactor(profile, probe))
+		server.ScaleDecode(&t.Network, opt.Compression.Codec, server.DecodeFactor(profile))
 		pl := plan
 		pl.Tree = capacity.Chain(n)
 		for _, h := range env.lab.Nodes[:n] {

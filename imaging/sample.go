@@ -1,0 +1,177 @@
+package imaging
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+)
+
+// StandardSample fills p with data like a filesystem's: half text, half
+// binary, no zero runs (those cost a node nothing), about 2:1
+// compressible. Probes time codecs on it, so hosts compare, and an image's
+// decoding speed is told against it. seed picks one of many such samples.
+func StandardSample(p []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	words := []string{"kernel ", "module ", "libc.so.6 ", "/usr/share/doc ", "config\n", "0x0000ffff ", "README ", "mount "}
+	for i := 0; i < len(p); {
+		n := min(len(p)-i, 4096*(1+r.IntN(16)))
+		if r.IntN(2) == 0 {
+			for j := i; j+8 <= i+n; j += 8 {
+				binary.LittleEndian.PutUint64(p[j:], r.Uint64())
+			}
+		} else {
+			for j := i; j < i+n; {
+				j += copy(p[j:i+n], words[r.IntN(len(words))])
+			}
+		}
+		i += n
+	}
+}
+
+// standardSampleSize is the standard sample's size: larger than a core's
+// caches, so decoding it costs what a long stream costs.
+const standardSampleSize = 2 << 20
+
+// A SampleDecoder decodes the standard sample, compressed with one codec,
+// over and over as one endless stream: the way a node decodes a cast, with
+// one decoder that stays warm, so the rate it is timed at is a codec's
+// steady rate on this machine.
+type SampleDecoder struct {
+	dec io.ReadCloser
+}
+
+// NewSampleDecoder compresses the standard sample with enc and opens a
+// decoder on it repeated without end.
+func NewSampleDecoder(enc Encoding) (*SampleDecoder, error) {
+	if !enc.Compressed() {
+		return nil, fmt.Errorf("no decoder for %s", enc)
+	}
+	sample := make([]byte, standardSampleSize)
+	StandardSample(sample, 1)
+	var packed bytes.Buffer
+	if err := Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
+		return nil, fmt.Errorf("compressing the standard sample with %s: %w", enc, err)
+	}
+	// Both codecs read concatenated frames (zstd) or members (gzip) as one
+	// stream, so the sample repeated is a valid stream of any length.
+	dec, err := NewDecoder(enc, &cycle{b: packed.Bytes()})
+	if err != nil {
+		return nil, err
+	}
+	return &SampleDecoder{dec: dec}, nil
+}
+
+// Decode fills p with decoded bytes of the sample.
+func (s *SampleDecoder) Decode(p []byte) (int, error) {
+	return io.ReadFull(s.dec, p)
+}
+
+// Close releases the decoder.
+func (s *SampleDecoder) Close() error { return s.dec.Close() }
+
+// cycle reads b again and again.
+type cycle struct {
+	b   []byte
+	off int
+}
+
+func (c *cycle) Read(p []byte) (int, error) {
+	n := copy(p, c.b[c.off:])
+	c.off = (c.off + n) % len(c.b)
+	return n, nil
+}
+
+// A decodeGauge times an image's decoding, piece by piece on one thread,
+// and between pieces the standard sample's, so that the two rates are
+// measured under the same conditions. What slows the machine while it
+// measures (other work, a virtual machine's stolen time, the clock
+// speed) slows both alike and drops out of their ratio, the image's
+// decoding factor, which a rate timed alone does not: on a shared machine
+// that varies by tens of percent from one run to the next.
+type decodeGauge struct {
+	cpu    func() time.Duration
+	sample sampleSource // nil: the factor is not measured
+	spare  []byte
+	image  timing
+	ref    timing
+}
+
+// sampleSource is what the gauge needs of a SampleDecoder.
+type sampleSource interface {
+	Decode(p []byte) (int, error)
+	Close() error
+}
+
+type timing struct {
+	bytes int64
+	cpu   time.Duration
+}
+
+func (t timing) rate() float64 {
+	if t.bytes == 0 || t.cpu <= 0 {
+		return 0
+	}
+	return float64(t.bytes) / t.cpu.Seconds()
+}
+
+// gaugeShare is the most CPU the sample may take against the image's: it
+// is decoded between pieces only while it has had less than this share,
+// which spreads it evenly over the image's decoding at an eighth of its
+// cost.
+const gaugeShare = 8
+
+// newDecodeGauge returns a gauge for enc timed by cpu, a thread's clock
+// (OnOneThread).
+func newDecodeGauge(enc Encoding, cpu func() time.Duration) *decodeGauge {
+	g := &decodeGauge{cpu: cpu}
+	if s, err := NewSampleDecoder(enc); err == nil {
+		g.sample = s
+	}
+	return g
+}
+
+// read reads one piece of the image from dec into p, timing it, and then
+// perhaps one piece of the standard sample.
+func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
+	t := g.cpu()
+	n, err := readFull(dec, p)
+	g.image.cpu += g.cpu() - t
+	g.image.bytes += int64(n)
+	if g.sample != nil && n > 0 && g.ref.cpu*gaugeShare <= g.image.cpu {
+		if len(g.spare) < n {
+			g.spare = make([]byte, n)
+		}
+		t := g.cpu()
+		m, serr := g.sample.Decode(g.spare[:n])
+		g.ref.cpu += g.cpu() - t
+		g.ref.bytes += int64(m)
+		if serr != nil {
+			g.close()
+		}
+	}
+	return n, err
+}
+
+// rate is the image's decoding rate in raw bytes per CPU second, 0 when
+// too little was decoded to tell.
+func (g *decodeGauge) rate() float64 { return g.image.rate() }
+
+// factor is the image's decoding rate over the standard sample's, 0 when
+// unknown.
+func (g *decodeGauge) factor() float64 {
+	img, ref := g.image.rate(), g.ref.rate()
+	if img == 0 || ref == 0 {
+		return 0
+	}
+	return img / ref
+}
+
+func (g *decodeGauge) close() {
+	if g.sample != nil {
+		g.sample.Close()
+		g.sample = nil
+	}
+}

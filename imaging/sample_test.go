@@ -1,0 +1,132 @@
+package imaging
+
+import (
+	"bytes"
+	"io"
+	"testing"
+	"time"
+)
+
+// The sample decoder yields the standard sample again and again, across
+// the seams between its repetitions, for every codec.
+func TestSampleDecoderRepeatsTheSample(t *testing.T) {
+	want := make([]byte, standardSampleSize)
+	StandardSample(want, 1)
+	for _, enc := range []Encoding{Zstd, Gzip} {
+		t.Run(enc.String(), func(t *testing.T) {
+			s, err := NewSampleDecoder(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			// Pieces that do not divide the sample, so reads straddle seams.
+			buf := make([]byte, 3*standardSampleSize/2+12345)
+			var got []byte
+			for range 3 {
+				n, err := s.Decode(buf)
+				if err != nil || n != len(buf) {
+					t.Fatalf("Decode = %d, %v; want %d bytes", n, err, len(buf))
+				}
+				got = append(got, buf...)
+			}
+			for off := 0; off < len(got); off += len(want) {
+				end := min(off+len(want), len(got))
+				if !bytes.Equal(got[off:end], want[:end-off]) {
+					t.Fatalf("bytes %d..%d are not the sample", off, end)
+				}
+			}
+		})
+	}
+	if _, err := NewSampleDecoder(Raw); err == nil {
+		t.Error("NewSampleDecoder(raw) succeeded")
+	}
+}
+
+// fakeCPU is a thread clock that the fake decoders below advance by the
+// time their bytes would take at a given rate.
+type fakeCPU struct{ now time.Duration }
+
+func (c *fakeCPU) clock() time.Duration { return c.now }
+func (c *fakeCPU) spend(n int, rate float64) {
+	c.now += time.Duration(float64(n) / rate * float64(time.Second))
+}
+
+type fakeImage struct {
+	cpu  *fakeCPU
+	rate float64
+	left int
+}
+
+func (f *fakeImage) Read(p []byte) (int, error) {
+	if f.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), f.left)
+	f.left -= n
+	f.cpu.spend(n, f.rate)
+	return n, nil
+}
+
+type fakeSample struct {
+	cpu    *fakeCPU
+	rate   float64
+	closed bool
+}
+
+func (f *fakeSample) Decode(p []byte) (int, error) { f.cpu.spend(len(p), f.rate); return len(p), nil }
+func (f *fakeSample) Close() error                 { f.closed = true; return nil }
+
+func TestDecodeGauge(t *testing.T) {
+	tests := []struct {
+		name                   string
+		imageRate, sampleRate  float64
+		imageBytes, pieceBytes int
+	}{
+		{"image decodes faster", 3e9, 1e9, 256 << 20, 1 << 20},
+		{"image decodes slower", 0.5e9, 1e9, 64 << 20, 1 << 20},
+		{"one piece", 1e9, 1e9, 100 << 10, 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cpu := &fakeCPU{}
+			sample := &fakeSample{cpu: cpu, rate: tt.sampleRate}
+			g := &decodeGauge{cpu: cpu.clock, sample: sample}
+			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: tt.imageBytes}
+			buf := make([]byte, tt.pieceBytes)
+			var read int
+			for {
+				n, err := g.read(img, buf)
+				read += n
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if read != tt.imageBytes {
+				t.Fatalf("read %d bytes, want %d", read, tt.imageBytes)
+			}
+			if r := g.rate(); !near(r, tt.imageRate, 0.01) {
+				t.Errorf("rate %.3g, want %.3g", r, tt.imageRate)
+			}
+			if f, want := g.factor(), tt.imageRate/tt.sampleRate; !near(f, want, 0.01) {
+				t.Errorf("factor %.3f, want %.3f", f, want)
+			}
+			// The sample costs about an eighth of the image's time: at most
+			// that and one piece more.
+			piece := time.Duration(float64(tt.pieceBytes) / tt.sampleRate * float64(time.Second))
+			if g.ref.cpu > g.image.cpu/gaugeShare+piece {
+				t.Errorf("sample took %v against the image's %v", g.ref.cpu, g.image.cpu)
+			}
+			g.close()
+			if !sample.closed || g.sample != nil {
+				t.Error("close left the sample decoder open")
+			}
+		})
+	}
+}
+
+func near(got, want, tol float64) bool {
+	return got >= want*(1-tol) && got <= want*(1+tol)
+}
