@@ -86,7 +86,7 @@ func describeGroup(c Constraint, subjects []string) string {
 		}
 		return fmt.Sprintf("disk of %s", names)
 	case DecompressLimit:
-		return fmt.Sprintf("decompression core of %s", names)
+		return fmt.Sprintf("decoding thread of %s", names)
 	case MachineCPULimit:
 		return fmt.Sprintf("CPU of machine %s, shared by %d hosts", names, c.Streams)
 	case MachineMemoryLimit:

@@ -32,7 +32,11 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          where write is the probed write path (disk CPU rate), else the copy rate,
 //	          and decompress the decoder's rate in raw bytes of this image (zero
 //	          runs included: they decode fast, but not for free)
-//	decompression, when it cannot spread over cores: b/decompress ≤ 1
+//	decoding thread, when decompression cannot spread over cores: the one
+//	goroutine that decodes also gathers, scans, digests and copies into the
+//	target's aligned chunks (which are written behind it, so the disk's time
+//	is not its own):
+//	          (1/decompress + 1/copy + 1/digest + d/digest + d/copy)·b ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
 	flow := Flow{In: 1, Out: out, Disk: true, Decompress: compressed}
@@ -57,7 +61,8 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		memory += w + d + 2 + 1
 		cpu += 1/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
 		if !r.ParallelDecompress {
-			h.add(DecompressLimit, flow, 1/rate, 1)
+			thread := 1/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
+			h.add(DecompressLimit, flow, thread, 1)
 		}
 	}
 	h.add(DiskLimit, flow, d, r.Disk)

@@ -3,6 +3,7 @@ package imaging
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -32,6 +33,13 @@ func AlignedBuffer(n int) []byte {
 // in, written back by kernel threads and evicted again, which costs the
 // CPU several times what one aligned copy does. The unaligned edges of a
 // run (its first and last partial blocks) go through the cached descriptor.
+//
+// A direct write, or a zeroing, returns only once the disk is done, so the
+// writer hands its chunks and zero ranges to a goroutine of its own that
+// works through them in order, while the caller (a node's decoder) goes on
+// filling the next chunk: a cast runs at the slower of the two, not at
+// their sum. A few chunks at most are queued; a failure is reported by
+// the next call, and by every one after it.
 type directWriter struct {
 	direct *os.File // the target opened with O_DIRECT
 	cached *os.File // the same target, cached
@@ -39,16 +47,103 @@ type directWriter struct {
 	base   int64    // image offset of buf[0], aligned
 	// Pending bytes are buf[start:end].
 	start, end int
+
+	ops     chan diskOp   // to the disk goroutine, in order
+	free    chan []byte   // chunks written and free again
+	done    chan struct{} // closed when the disk goroutine has returned
+	queued  int           // ops sent and not yet acknowledged
+	acks    chan error    // one per op, with its result
+	err     error         // the first failure, reported from then on
+	refused atomic.Bool   // the target refused O_DIRECT: all goes cached
 }
+
+// diskOp is one operation for the disk goroutine.
+type diskOp struct {
+	do    func() error
+	chunk []byte // returned to free once done
+}
+
+// directQueue is how many operations may wait for the disk.
+const directQueue = 2
 
 func newDirectWriter(direct, cached *os.File) *directWriter {
-	return &directWriter{direct: direct, cached: cached, buf: AlignedBuffer(directChunk)}
+	w := &directWriter{direct: direct, cached: cached, buf: AlignedBuffer(directChunk),
+		ops: make(chan diskOp, directQueue), free: make(chan []byte, directQueue+1),
+		acks: make(chan error, directQueue+2), done: make(chan struct{})}
+	go w.disk()
+	return w
 }
 
-// writeAt queues p for image offset off, writing whole chunks as they fill.
+// disk works through the queued operations in order.
+func (w *directWriter) disk() {
+	defer close(w.done)
+	var failed error
+	for op := range w.ops {
+		if failed == nil {
+			failed = op.do()
+		}
+		if op.chunk != nil {
+			w.free <- op.chunk
+		}
+		w.acks <- failed
+	}
+}
+
+// send queues op, first collecting the results of those already done.
+func (w *directWriter) send(op diskOp) error {
+	w.collect(false)
+	if w.err != nil {
+		if op.chunk != nil {
+			w.free <- op.chunk
+		}
+		return w.err
+	}
+	for w.queued >= directQueue {
+		w.collect(true)
+	}
+	w.queued++
+	w.ops <- op
+	return nil
+}
+
+// collect takes in the results of finished operations; with wait, it waits
+// for at least one.
+func (w *directWriter) collect(wait bool) {
+	for w.queued > 0 {
+		var err error
+		if wait {
+			err = <-w.acks
+			wait = false
+		} else {
+			select {
+			case err = <-w.acks:
+			default:
+				return
+			}
+		}
+		w.queued--
+		if w.err == nil {
+			w.err = err
+		}
+	}
+}
+
+// drain waits until the disk has done everything queued.
+func (w *directWriter) drain() error {
+	for w.queued > 0 {
+		w.collect(true)
+	}
+	return w.err
+}
+
+// writeAt queues p for image offset off, handing chunks to the disk as
+// they fill.
 func (w *directWriter) writeAt(p []byte, off int64) error {
+	if w.err != nil {
+		return w.err
+	}
 	if w.end > w.start && off != w.base+int64(w.end) {
-		if err := w.flush(); err != nil {
+		if err := w.queueBuffer(); err != nil {
 			return err
 		}
 	}
@@ -62,62 +157,101 @@ func (w *directWriter) writeAt(p []byte, off int64) error {
 		w.end += k
 		p = p[k:]
 		if w.end == len(w.buf) {
-			if err := w.flush(); err != nil {
+			next := w.base + int64(len(w.buf))
+			if err := w.queueBuffer(); err != nil {
 				return err
 			}
-			w.base += int64(len(w.buf))
-			w.start, w.end = 0, 0
+			w.base = next
 		}
 	}
 	return nil
 }
 
-// flush writes every pending byte: the aligned middle directly, the
-// partial blocks at either end through the cache.
-func (w *directWriter) flush() error {
+// queueBuffer hands the pending bytes to the disk and takes a free chunk.
+func (w *directWriter) queueBuffer() error {
 	if w.end == w.start {
 		return nil
 	}
-	lo := (w.start + DirectAlign - 1) / DirectAlign * DirectAlign
-	hi := w.end / DirectAlign * DirectAlign
-	if lo >= hi {
-		lo, hi = w.end, w.end // no whole block: all of it cached
+	chunk, base, start, end := w.buf, w.base, w.start, w.end
+	select {
+	case w.buf = <-w.free:
+	default:
+		if w.queued < directQueue {
+			w.buf = AlignedBuffer(directChunk)
+		} else {
+			w.collect(true) // a chunk comes free with it
+			w.buf = <-w.free
+		}
 	}
-	if lo > w.start {
-		if _, err := w.cached.WriteAt(w.buf[w.start:lo], w.base+int64(w.start)); err != nil {
+	w.start, w.end = 0, 0
+	return w.send(diskOp{chunk: chunk, do: func() error { return w.write(chunk, base, start, end) }})
+}
+
+// zero queues zeroing [off, off+n) with fn, after every byte before it.
+func (w *directWriter) zero(fn func() error) error {
+	if err := w.queueBuffer(); err != nil {
+		return err
+	}
+	return w.send(diskOp{do: fn})
+}
+
+// flush writes every pending byte and waits for the disk.
+func (w *directWriter) flush() error {
+	if err := w.queueBuffer(); err != nil {
+		return err
+	}
+	return w.drain()
+}
+
+// write writes chunk[start:end], image bytes from base+start: the aligned
+// middle directly, the partial blocks at either end through the cache.
+func (w *directWriter) write(chunk []byte, base int64, start, end int) error {
+	lo := (start + DirectAlign - 1) / DirectAlign * DirectAlign
+	hi := end / DirectAlign * DirectAlign
+	if lo >= hi {
+		lo, hi = end, end // no whole block: all of it cached
+	}
+	if lo > start {
+		if _, err := w.cached.WriteAt(chunk[start:lo], base+int64(start)); err != nil {
 			return err
 		}
 	}
 	if hi > lo {
-		if err := w.writeDirect(w.buf[lo:hi], w.base+int64(lo)); err != nil {
+		if err := w.writeDirect(chunk[lo:hi], base+int64(lo)); err != nil {
 			return err
 		}
 	}
-	if w.end > hi {
-		if _, err := w.cached.WriteAt(w.buf[hi:w.end], w.base+int64(hi)); err != nil {
+	if end > hi {
+		if _, err := w.cached.WriteAt(chunk[hi:end], base+int64(hi)); err != nil {
 			return err
 		}
 	}
-	w.start, w.end = 0, 0
 	return nil
 }
 
 // writeDirect writes aligned bytes with O_DIRECT, or through the cache once
 // the target has refused O_DIRECT (some drivers and file systems do).
 func (w *directWriter) writeDirect(p []byte, off int64) error {
-	if w.direct != nil {
+	if w.direct != nil && !w.refused.Load() {
 		_, err := w.direct.WriteAt(p, off)
 		if !errors.Is(err, errDirectRefused) {
 			return err
 		}
-		w.direct.Close()
-		w.direct = nil
+		w.refused.Store(true)
 	}
 	_, err := w.cached.WriteAt(p, off)
 	return err
 }
 
+// isDirect reports whether writes still bypass the page cache.
+func (w *directWriter) isDirect() bool { return w.direct != nil && !w.refused.Load() }
+
+// close stops the disk goroutine once it is done, and closes the direct
+// descriptor; flush first to know the bytes were written.
 func (w *directWriter) close() error {
+	w.drain()
+	close(w.ops)
+	<-w.done
 	if w.direct == nil {
 		return nil
 	}

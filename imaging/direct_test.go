@@ -77,3 +77,88 @@ func TestAlignedBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A chunk written behind that fails makes a later write, or the flush at
+// the latest, fail, and every call after it: nothing is lost silently.
+func TestDirectWriterReportsAFailedWriteBehind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(path, make([]byte, 4*directChunk), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	readOnly, err := os.Open(path) // every write through it fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newDirectWriter(readOnly, cached)
+	defer w.close()
+	chunk := bytes.Repeat([]byte{1}, directChunk)
+	if err := w.writeAt(chunk, 0); err != nil {
+		t.Fatalf("first chunk: %v; want its failure reported later, as it is written behind", err)
+	}
+	w.writeAt(chunk, directChunk) // may fail already, or queue
+	if err := w.flush(); err == nil {
+		t.Fatal("flush after a failed write behind succeeded")
+	}
+	if err := w.writeAt(chunk, 2*directChunk); err == nil {
+		t.Fatal("a write after the failure succeeded")
+	}
+	if err := w.zero(func() error { return nil }); err == nil {
+		t.Fatal("a zeroing after the failure succeeded")
+	}
+}
+
+// Zero ranges and writes reach the target in the order they were made,
+// although the disk goroutine runs them behind the caller.
+func TestDirectWriterKeepsZeroRangesInOrder(t *testing.T) {
+	const size = 6 * directChunk
+	path := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{0xEE}, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	w := newDirectWriter(openDirect(path), cached)
+	defer w.close()
+	want := bytes.Repeat([]byte{0xEE}, size)
+	zero := func(off, n int) {
+		if err := w.zero(func() error { return writeZeros(cached, int64(off), int64(n)) }); err != nil {
+			t.Fatal(err)
+		}
+		clear(want[off : off+n])
+	}
+	write := func(off, n int, b byte) {
+		if err := w.writeAt(bytes.Repeat([]byte{b}, n), int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[off:], bytes.Repeat([]byte{b}, n))
+	}
+	// Data, then zeros over part of it (the data must land first), then
+	// data over part of the zeros (the zeros must land first).
+	write(0, 3*directChunk+100, 1)
+	zero(directChunk, directChunk)
+	write(directChunk+4096, 5000, 2)
+	zero(4*directChunk, 10)
+	write(4*directChunk+5, 2*directChunk-5, 3)
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("target differs from what was written, first at byte %d (got %#x, want %#x)", i, got[i], want[i])
+	}
+}

@@ -163,7 +163,7 @@ type TargetOptions struct {
 }
 
 // Direct reports whether writes bypass the page cache.
-func (t *Target) Direct() bool { return t.direct != nil && t.direct.direct != nil }
+func (t *Target) Direct() bool { return t.direct != nil && t.direct.isDirect() }
 
 // Size is the number of image bytes the target accepts.
 func (t *Target) Size() int64 { return t.limit }
@@ -207,13 +207,18 @@ func (t *Target) ZeroRange(off, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	if err := t.flush(); err != nil {
-		return err
+	zero := func() error {
+		if err := t.zero.zeroRange(off, n); err != nil {
+			return fmt.Errorf("target %s: zeroing %d bytes at offset %d: %w", t.Path, n, off, unwrapPathError(err))
+		}
+		return nil
 	}
-	if err := t.zero.zeroRange(off, n); err != nil {
-		return fmt.Errorf("target %s: zeroing %d bytes at offset %d: %w", t.Path, n, off, unwrapPathError(err))
+	if t.direct != nil {
+		// In order behind the writes queued before it; a failure is
+		// reported by a later call, at the latest by Sync.
+		return t.direct.zero(zero)
 	}
-	return nil
+	return zero()
 }
 
 // ReadAt reads back what the target holds, for verification.
