@@ -52,6 +52,7 @@ type directWriter struct {
 	free    chan []byte   // chunks written and free again
 	done    chan struct{} // closed when the disk goroutine has returned
 	queued  int           // ops sent and not yet acknowledged
+	chunks  int           // chunks allocated, buf included
 	acks    chan error    // one per op, with its result
 	err     error         // the first failure, reported from then on
 	refused atomic.Bool   // the target refused O_DIRECT: all goes cached
@@ -69,7 +70,7 @@ const directQueue = 2
 func newDirectWriter(direct, cached *os.File) *directWriter {
 	w := &directWriter{direct: direct, cached: cached, buf: AlignedBuffer(directChunk),
 		ops: make(chan diskOp, directQueue), free: make(chan []byte, directQueue+1),
-		acks: make(chan error, directQueue+2), done: make(chan struct{})}
+		acks: make(chan error, directQueue+2), done: make(chan struct{}), chunks: 1}
 	go w.disk()
 	return w
 }
@@ -176,10 +177,11 @@ func (w *directWriter) queueBuffer() error {
 	select {
 	case w.buf = <-w.free:
 	default:
-		if w.queued < directQueue {
+		if w.chunks < directQueue+1 {
 			w.buf = AlignedBuffer(directChunk)
+			w.chunks++
 		} else {
-			w.collect(true) // a chunk comes free with it
+			// Every other chunk is queued: one comes back.
 			w.buf = <-w.free
 		}
 	}

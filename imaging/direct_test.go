@@ -162,3 +162,36 @@ func TestDirectWriterKeepsZeroRangesInOrder(t *testing.T) {
 		t.Fatalf("target differs from what was written, first at byte %d (got %#x, want %#x)", i, got[i], want[i])
 	}
 }
+
+// Zero ranges fill the queue without holding chunks; the writer must not
+// wait for a chunk that none of them will give back.
+func TestDirectWriterZeroRangesFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(path, make([]byte, 4*directChunk), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cached.Close()
+	w := newDirectWriter(openDirect(path), cached)
+	defer w.close()
+	release := make(chan struct{})
+	slow := func() error { <-release; return nil }
+	for range directQueue {
+		if err := w.zero(slow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { close(release) }()
+	chunk := bytes.Repeat([]byte{1}, directChunk)
+	for i := range 3 {
+		if err := w.writeAt(chunk, int64(i)*directChunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+}
