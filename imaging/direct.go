@@ -2,7 +2,9 @@ package imaging
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -56,6 +58,11 @@ type directWriter struct {
 	acks    chan error    // one per op, with its result
 	err     error         // the first failure, reported from then on
 	refused atomic.Bool   // the target refused O_DIRECT: all goes cached
+
+	// mu serialises the callers: a node may close its target while its
+	// receiver, stopped by the same failure, still writes.
+	mu     sync.Mutex
+	closed bool
 }
 
 // diskOp is one operation for the disk goroutine.
@@ -140,6 +147,11 @@ func (w *directWriter) drain() error {
 // writeAt queues p for image offset off, handing chunks to the disk as
 // they fill.
 func (w *directWriter) writeAt(p []byte, off int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return os.ErrClosed
+	}
 	if w.err != nil {
 		return w.err
 	}
@@ -186,11 +198,21 @@ func (w *directWriter) queueBuffer() error {
 		}
 	}
 	w.start, w.end = 0, 0
-	return w.send(diskOp{chunk: chunk, do: func() error { return w.write(chunk, base, start, end) }})
+	return w.send(diskOp{chunk: chunk, do: func() error {
+		if err := w.write(chunk, base, start, end); err != nil {
+			return fmt.Errorf("target %s: writing at offset %d: %w", w.cached.Name(), base+int64(start), unwrapPathError(err))
+		}
+		return nil
+	}})
 }
 
 // zero queues zeroing [off, off+n) with fn, after every byte before it.
 func (w *directWriter) zero(fn func() error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return os.ErrClosed
+	}
 	if err := w.queueBuffer(); err != nil {
 		return err
 	}
@@ -199,6 +221,11 @@ func (w *directWriter) zero(fn func() error) error {
 
 // flush writes every pending byte and waits for the disk.
 func (w *directWriter) flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return os.ErrClosed
+	}
 	if err := w.queueBuffer(); err != nil {
 		return err
 	}
@@ -251,6 +278,12 @@ func (w *directWriter) isDirect() bool { return w.direct != nil && !w.refused.Lo
 // close stops the disk goroutine once it is done, and closes the direct
 // descriptor; flush first to know the bytes were written.
 func (w *directWriter) close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	w.drain()
 	close(w.ops)
 	<-w.done

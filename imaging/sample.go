@@ -128,7 +128,14 @@ const gaugeShare = 8
 func newDecodeGauge(enc Encoding, cpu func() time.Duration) *decodeGauge {
 	g := &decodeGauge{cpu: cpu}
 	if s, err := NewSampleDecoder(enc); err == nil {
-		g.sample = s
+		// Its first piece, untimed, pays the decoder's start-up and the
+		// buffer's first touch, which few timed pieces would not spread.
+		g.spare = make([]byte, 1<<20)
+		if _, err := s.Decode(g.spare); err == nil {
+			g.sample = s
+		} else {
+			s.Close()
+		}
 	}
 	return g
 }
@@ -140,7 +147,9 @@ func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	n, err := readFull(dec, p)
 	g.image.cpu += g.cpu() - t
 	g.image.bytes += int64(n)
-	if g.sample != nil && n > 0 && g.ref.cpu*gaugeShare <= g.image.cpu {
+	// Without a thread clock (both times 0) the factor cannot be told:
+	// the sample is not decoded at all.
+	if g.sample != nil && n > 0 && g.image.cpu > 0 && g.ref.cpu*gaugeShare <= g.image.cpu {
 		if len(g.spare) < n {
 			g.spare = make([]byte, n)
 		}

@@ -130,3 +130,21 @@ func TestDecodeGauge(t *testing.T) {
 func near(got, want, tol float64) bool {
 	return got >= want*(1-tol) && got <= want*(1+tol)
 }
+
+// Without a thread clock nothing can be timed: the gauge must not spend
+// the sample's decoding on a factor it cannot tell.
+func TestDecodeGaugeWithoutAClock(t *testing.T) {
+	stopped := &fakeCPU{} // never advances
+	sample := &fakeSample{cpu: stopped, rate: 1e9}
+	g := &decodeGauge{cpu: stopped.clock, sample: sample}
+	img := &fakeImage{cpu: &fakeCPU{}, rate: 1e9, left: 8 << 20}
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := g.read(img, buf); err != nil {
+			break
+		}
+	}
+	if g.ref.bytes != 0 || g.factor() != 0 || g.rate() != 0 {
+		t.Errorf("decoded %d sample bytes, factor %v, rate %v; want none and unknown", g.ref.bytes, g.factor(), g.rate())
+	}
+}

@@ -174,8 +174,10 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("target %s: write of %d bytes at offset %d is beyond the image length %d", t.Path, len(p), off, t.limit)
 	}
 	if t.direct != nil {
+		// The error may be an earlier chunk's or zeroing's, written
+		// behind: it names its own offset.
 		if err := t.direct.writeAt(p, off); err != nil {
-			return 0, fmt.Errorf("target %s: writing near offset %d: %w", t.Path, off, unwrapPathError(err))
+			return 0, err
 		}
 		return len(p), nil
 	}
@@ -191,10 +193,7 @@ func (t *Target) flush() error {
 	if t.direct == nil {
 		return nil
 	}
-	if err := t.direct.flush(); err != nil {
-		return fmt.Errorf("target %s: writing: %w", t.Path, unwrapPathError(err))
-	}
-	return nil
+	return t.direct.flush() // its errors name the target and offset
 }
 
 // ZeroRange makes [off, off+n) read back as zeros, by the cheapest means the
