@@ -105,7 +105,7 @@ func Available() error {
 func namePrefix() string { return fmt.Sprintf("dl%d-", os.Getpid()) }
 
 // New builds a lab. On error it removes whatever it had made.
-func New(ctx context.Context, spec Spec) (l *Lab, err error) {
+func New(ctx context.Context, spec Spec) (_ *Lab, err error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -116,14 +116,13 @@ func New(ctx context.Context, spec Spec) (l *Lab, err error) {
 	if len(spec.Nodes)+2 > 250 {
 		return nil, fmt.Errorf("lab of %d nodes: at most 248", len(spec.Nodes))
 	}
-	l = &Lab{prefix: namePrefix(), dir: spec.Dir}
+	l := &Lab{prefix: namePrefix(), dir: spec.Dir}
 	if l.dir == "" {
 		l.dir = os.TempDir()
 	}
 	defer func() {
 		if err != nil {
-			l.Close()
-			l = nil
+			l.Close() // the result is nil by now: close what was built
 		}
 	}()
 	l.swNS = l.prefix + "switch"

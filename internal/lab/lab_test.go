@@ -64,6 +64,38 @@ func TestLabIsIsolatedAndCleansUp(t *testing.T) {
 	}
 }
 
+// TestFailedNewLeavesNothing builds a lab that fails half way (a host on
+// a switch that does not exist, after the switch and the server are up):
+// New must return the error, not panic, and remove what it had made.
+func TestFailedNewLeavesNothing(t *testing.T) {
+	requireLab(t)
+	before, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(t.Context(), Spec{
+		Server: HostSpec{Name: "srv", Mbit: 100},
+		Nodes:  []HostSpec{{Name: "n1", Mbit: 100}, {Name: "n2", Switch: "nowhere"}},
+		Dir:    t.TempDir(),
+	})
+	if err == nil || !strings.Contains(err.Error(), `unknown switch "nowhere"`) {
+		t.Fatalf("New: got %v, want an unknown switch error", err)
+	}
+	if l != nil {
+		t.Errorf("New returned a lab with its error")
+	}
+	after, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(after), "\n") {
+		ns, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if strings.HasPrefix(ns, namePrefix()) && !strings.Contains(string(before), ns) {
+			t.Errorf("namespace %s is left behind", ns)
+		}
+	}
+}
+
 // TestChainOverShapedLinks casts to a 4-node chain over 100 Mbit/s links,
 // onto loop devices full of old data, and checks every target byte for
 // byte and that the links really held the rate down.
