@@ -100,6 +100,8 @@ func matrix(mbit float64, counts []int) benchPlan {
 // and the headline comparison of 24 nodes on a 1 GiB image.
 func fullPlan() benchPlan {
 	p := matrix(100, []int{1, 4, 12, 24})
+	// One node on the same image: what the chain of 24 is measured against.
+	p = append(p, runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 1, mbit: 100, image: "large", headline: true})
 	for _, r := range []runSpec{
 		{method: "dolly", topology: "chain", fanout: 1, compression: "none"},
 		{method: "dolly", topology: "chain", fanout: 1, compression: "zstd"},

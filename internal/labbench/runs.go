@@ -28,7 +28,9 @@ type result struct {
 	seconds    float64   // the slowest node's time
 	perNode    []float64 // MB/s of each node
 	bottleneck string
-	busy       float64 // the machine's busy cores over the run, of cores
+	busy       float64 // the machine's busy cores while casting (dolly) or over the run, of cores
+	serverCPU  float64 // CPU seconds of dolly-server, start-up included
+	nodesCPU   float64 // CPU seconds of every dolly node together
 	cores      int
 	err        string
 }
@@ -37,7 +39,11 @@ func (r result) line() string {
 	if r.err != "" {
 		return fmt.Sprintf("%s  FAILED: %s", r.runSpec, r.err)
 	}
-	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy)", r.runSpec, r.measured, r.seconds, r.busy, r.cores)
+	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", r.runSpec, r.measured, r.seconds, r.busy, r.cores)
+	if r.nodesCPU > 0 {
+		s += fmt.Sprintf("; CPU-s server %.1f, nodes %.1f", r.serverCPU, r.nodesCPU)
+	}
+	s += ")"
 	if r.predicted > 0 {
 		s += fmt.Sprintf("  predicted %6.2f (%+.1f%%, %s)", r.predicted, r.errorPercent(), r.bottleneck)
 	}
@@ -74,6 +80,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 	var res result
 	var err error
 	start, cpu0 := time.Now(), imaging.MachineCPU()
+	trace := traceCPU(50 * time.Millisecond)
 	switch r.method {
 	case "dolly":
 		res, err = e.dolly(ctx, r, img, logDir)
@@ -86,11 +93,29 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image) result {
 	}
 	res.runSpec = r
 	res.busy = (imaging.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	samples := trace()
+	if r.method == "dolly" && err == nil {
+		// While the image moves, leaving out the server's start-up (it
+		// profiles the image) and the nodes' last syncs.
+		span := time.Duration(res.seconds * float64(time.Second))
+		if busy, err := samples.cores(e.castEnd.Add(-span*9/10), e.castEnd.Add(-span/10)); err == nil {
+			res.busy = busy
+		}
+	}
 	res.cores = runtime.NumCPU()
 	if err != nil {
 		res.err = err.Error()
 	}
 	return res
+}
+
+// processCPU is the CPU time a finished process used, or 0.
+func processCPU(p *proc) float64 {
+	st := p.cmd.ProcessState
+	if st == nil {
+		return 0
+	}
+	return (st.UserTime() + st.SystemTime()).Seconds()
 }
 
 // proc is a started lab process with its log.
@@ -177,6 +202,10 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		errs = append(errs, fmt.Errorf("dolly-server: %w", err))
 	}
 	e.castEnd = srv.end
+	res.serverCPU = processCPU(srv)
+	for _, p := range nodes {
+		res.nodesCPU += processCPU(p)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
