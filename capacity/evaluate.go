@@ -194,7 +194,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		}
 		m := machines[h.Machine]
 		if m == nil {
-			m = &sharedMachine{}
+			m = &sharedMachine{contention: f.net.Machines[h.Machine].Contention}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -251,6 +251,7 @@ func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) fl
 // machine: several emulated hosts on a test box, or several nodes on one PC.
 type sharedMachine struct {
 	hosts             int
+	contention        float64
 	cpu, cpuCap       float64
 	memory, memoryCap float64
 }
@@ -276,7 +277,8 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		return dst
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
-		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts, Coef: m.cpu, Cap: m.cpuCap})
+		coef := m.cpu * (1 + m.contention*float64(m.hosts-1))
+		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts, Coef: coef, Cap: m.cpuCap})
 	}
 	if m.memory > 0 && m.memoryCap > 0 {
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -69,6 +70,7 @@ type topologyFile struct {
 	Links       []linkFile               `json:"links"`
 	Profiles    map[string]resourcesFile `json:"profiles"`
 	Hosts       []hostFile               `json:"hosts"`
+	Machines    map[string]machineFile   `json:"machines"`
 	Tree        map[string]string        `json:"tree"`
 	Compression *Compression             `json:"compression"`
 	Stored      *Compression             `json:"stored"`
@@ -78,6 +80,10 @@ type topologyFile struct {
 	FrameSize   size                     `json:"frame_size"`
 	Startup     duration                 `json:"startup"`
 	MaxFanout   int                      `json:"max_fanout"`
+}
+
+type machineFile struct {
+	Contention float64 `json:"contention"`
 }
 
 type switchFile struct {
@@ -160,6 +166,18 @@ func (tf topologyFile) topology() (*Topology, error) {
 			return nil, fmt.Errorf("host %s: %w", hf.Name, err)
 		}
 		t.Network.Hosts = append(t.Network.Hosts, h)
+	}
+	for name, m := range tf.Machines {
+		if !slices.ContainsFunc(t.Network.Hosts, func(h Host) bool { return h.Machine == name }) {
+			return nil, fmt.Errorf("machine %s: no host runs on it (give hosts \"machine\": %q)", name, name)
+		}
+		if m.Contention < 0 || m.Contention > 1 {
+			return nil, fmt.Errorf("machine %s: contention %v: want a share from 0 to 1", name, m.Contention)
+		}
+		if t.Network.Machines == nil {
+			t.Network.Machines = make(map[string]Machine, len(tf.Machines))
+		}
+		t.Network.Machines[name] = Machine{Contention: m.Contention}
 	}
 	if c := tf.Compression; c != nil {
 		if c.Enabled() && c.Codec == "" {

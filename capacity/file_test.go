@@ -117,6 +117,9 @@ func TestParseTopologyErrors(t *testing.T) {
 			`, "tree": {"a": "b", "b": "a"}`), "cycle"},
 		{"tree parent unknown", topologyWith("", `, "tree": {"a": "zz"}`), `unknown parent "zz"`},
 		{"tree source with parent", topologyWith("", `, "tree": {"a": "s", "s": "a"}`), "cannot have a parent"},
+		{"machine without hosts", topologyWith("", `, "machines": {"box": {"contention": 0.1}}`), "machine box: no host runs on it"},
+		{"negative contention", topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"}`,
+			`, "machines": {"box": {"contention": -0.1}}`), "contention -0.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

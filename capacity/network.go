@@ -17,6 +17,9 @@ type Network struct {
 	Switches []Switch
 	Hosts    []Host
 	Links    []SwitchLink
+	// Machines describe machines that several hosts share (see
+	// Host.Machine), by name; a machine not listed has no figures of its own.
+	Machines map[string]Machine
 	// LinkEfficiency is the share of a link's capacity left for the
 	// stream's bytes after Ethernet, IP and TCP headers (and, on a real
 	// wire, preamble and inter-frame gap). Zero means 1: capacities are
@@ -34,6 +37,16 @@ func (n Network) linkEfficiency() float64 {
 		return 1
 	}
 	return n.LinkEfficiency
+}
+
+// Machine is what hosts that share one machine cost beyond their own
+// figures.
+type Machine struct {
+	// Contention is the share of its CPU cost per byte that each host pays
+	// more for every other host of the cast on the machine: their context
+	// switches, wake-ups and cache misses, which no host's own probe
+	// sees. m hosts cost Σ coefficients · (1 + Contention·(m−1)).
+	Contention float64
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.

@@ -137,3 +137,40 @@ func TestSharedMachine(t *testing.T) {
 		t.Fatalf("bottleneck %q", s.Bottleneck)
 	}
 }
+
+// Contention makes every host on a shared machine dearer by a share for
+// each other host on it, so the machine's coefficient grows faster than
+// the number of hosts.
+func TestMachineContention(t *testing.T) {
+	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB}}
+	tests := []struct {
+		nodes      int
+		contention float64
+	}{{1, 0}, {4, 0}, {4, 0.05}, {8, 0.05}, {8, 0.2}}
+	for _, tt := range tests {
+		net := oneSwitch(tt.nodes, 1250*MB, res)
+		for i := range net.Hosts {
+			net.Hosts[i].Machine = "box"
+		}
+		plain := find(t, evaluateWith(t, net, Chain(tt.nodes), Compression{}, Options{}), MachineCPULimit, "box")
+		net.Machines = map[string]Machine{"box": {Contention: tt.contention}}
+		r := evaluateWith(t, net, Chain(tt.nodes), Compression{}, Options{})
+		c := find(t, r, MachineCPULimit, "box")
+		want := plain.Coef * (1 + tt.contention*float64(tt.nodes))
+		if !near(c.Coef, want) {
+			t.Errorf("%d nodes, contention %v: coefficient %v, want %v", tt.nodes, tt.contention, c.Coef, want)
+		}
+	}
+}
+
+func TestParseMachines(t *testing.T) {
+	data := topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"},
+		{"name": "a", "switch": "sw", "link": 1, "profile": "p", "machine": "box"}`, `, "machines": {"box": {"contention": 0.04}}`)
+	topo, err := ParseTopology([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topo.Network.Machines["box"].Contention; got != 0.04 {
+		t.Fatalf("contention %v, want 0.04", got)
+	}
+}
