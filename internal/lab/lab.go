@@ -442,8 +442,9 @@ const Machine = "lab"
 // Topology describes the lab for dolly's capacity model: switches, trunks,
 // every host with its shaped link, all on one machine. With a probe, every
 // host carries it (they are one machine, measured once); without, a cast
-// fills the hosts in from the nodes' own probes.
-func (l *Lab) Topology(spec Spec, probe any) ([]byte, error) {
+// fills the hosts in from the nodes' own probes. contention is the
+// machine's (see capacity.Machine), 0 when not measured.
+func (l *Lab) Topology(spec Spec, probe any, contention float64) ([]byte, error) {
 	type host struct {
 		Name    string `json:"name"`
 		Switch  string `json:"switch"`
@@ -460,13 +461,20 @@ func (l *Lab) Topology(spec Spec, probe any) ([]byte, error) {
 	type sw struct {
 		Name string `json:"name"`
 	}
+	type machine struct {
+		Contention float64 `json:"contention"`
+	}
 	file := struct {
-		Name           string  `json:"name"`
-		Switches       []sw    `json:"switches"`
-		Links          []link  `json:"links,omitempty"`
-		Hosts          []host  `json:"hosts"`
-		LinkEfficiency float64 `json:"link_efficiency"`
+		Name           string             `json:"name"`
+		Switches       []sw               `json:"switches"`
+		Links          []link             `json:"links,omitempty"`
+		Hosts          []host             `json:"hosts"`
+		Machines       map[string]machine `json:"machines,omitempty"`
+		LinkEfficiency float64            `json:"link_efficiency"`
 	}{Name: "emulated lab", LinkEfficiency: TCPEfficiency}
+	if contention > 0 {
+		file.Machines = map[string]machine{Machine: {contention}}
+	}
 	switches := spec.Switches
 	if len(switches) == 0 {
 		switches = []string{"sw1"}

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -177,123 +180,255 @@ var (
 		}}
 )
 
-// calibrateCost casts img along chains of lo and hi nodes and fits one
-// figure x of the probe (fit) to the machine's CPU in those casts, the
-// limit of the lab's larger casts.
+// A castCost is what a calibration cast measured: the machine's time per
+// image byte of a chain of n nodes, the median of a few casts.
+type castCost struct {
+	n       int
+	perByte float64 // seconds of the machine's cores per image byte
+}
+
+// fitCosts casts img along chains of lo and hi nodes, raw and compressed as
+// the fits say, and fits the figures of the probe the fits name, and the
+// machine's contention, to what the casts cost the machine. Those casts'
+// costs are the limit of the lab's larger casts.
 //
-// For an n-node chain the model's machine CPU coefficient is A(n) + B(n)/x
-// (seconds of CPU per image byte), A being all else the model counts. Each
-// cast's measured CPU per image byte m(n) is taken over the middle of its
-// transfer, leaving out the start-up (the server profiles the image) and
-// the end. The two casts fit the slope, the cost each added node brings:
+// For an n-node chain the model's machine CPU coefficient is
 //
-//	x = (B(hi) − B(lo)) / (m(hi) − m(lo) − (A(hi) − A(lo)))
+//	(1 + k·n) · (A(n) + B(n)/x)
 //
-// so what the machine spends whatever the cast's size (the bench itself,
-// the server's reading, daemons) is not charged to every node, as a fit
-// from one cast would. The runs are predictions from it.
-func calibrateCost(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fit costFit, mbit float64, img image, lo, hi int) (float64, error) {
-	path := img.raw
-	if fit.compression == "zstd" {
-		path = img.zst
+// seconds of CPU per image byte: A(n) all that the model counts but the
+// fitted figure x, B(n)/x what x costs, k the contention. The last fit's two
+// casts give its x and k together; the other fits take k and give their x
+// from their larger cast. The figures depend on one another through A, so
+// the fits go round until they settle. The runs are predictions from them.
+//
+// Hosts that share two cores slow each other more than in proportion to
+// their number: a chain of 8 costs this machine more than twice a chain of
+// 4 per byte. Without k, the fit either misses the smaller casts or the
+// larger ones by 15–25%.
+func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fits []costFit, mbit float64, img image, lo, hi, reps int) (capacity.Probe, float64, error) {
+	for _, fit := range fits {
+		if fit.get(probe) <= 0 {
+			return probe, 0, fmt.Errorf("the probe has no %s figure to start from", fit.what)
+		}
 	}
-	opt, profile, err := castOptions(ctx, path)
+	m := newCostModel(env, spec, img)
+	measured := make([][2]castCost, len(fits))
+	for i, fit := range fits {
+		for j, n := range []int{lo, hi} {
+			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, n, reps)
+			if err != nil {
+				return probe, 0, err
+			}
+			measured[i][j] = c
+		}
+	}
+	var k float64
+	for range 8 {
+		for i, fit := range fits {
+			var x float64
+			var err error
+			if i == len(fits)-1 {
+				x, k, err = m.fitPair(probe, fit, measured[i][0], measured[i][1])
+			} else {
+				x, err = m.fitOne(probe, fit, k, measured[i][1])
+			}
+			if err != nil {
+				return probe, 0, err
+			}
+			fit.set(&probe, x)
+		}
+	}
+	return probe, k, nil
+}
+
+// costModel evaluates the model's machine coefficient of chains of the lab.
+type costModel struct {
+	env  *labEnv
+	spec lab.Spec
+	img  image
+	// opt and profile are the model's options for the image as each
+	// compression sends it, and its profile.
+	opt     map[string]capacity.Options
+	profile map[string]imaging.Profile
+	err     error
+}
+
+func newCostModel(env *labEnv, spec lab.Spec, img image) *costModel {
+	m := &costModel{env: env, spec: spec, img: img, opt: map[string]capacity.Options{}, profile: map[string]imaging.Profile{}}
+	for comp, path := range map[string]string{"none": img.raw, "zstd": img.zst} {
+		opt, profile, err := castOptions(context.Background(), path)
+		if err != nil {
+			m.err = err
+		}
+		m.opt[comp], m.profile[comp] = opt, profile
+	}
+	return m
+}
+
+// evaluate is the model's result for a chain of n nodes casting the image
+// as compression says, with the lab described by probe.
+func (m *costModel) evaluate(p capacity.Probe, compression string, n int) (capacity.Result, error) {
+	if m.err != nil {
+		return capacity.Result{}, m.err
+	}
+	data, err := m.env.lab.Topology(m.spec, p, 0)
+	if err != nil {
+		return capacity.Result{}, err
+	}
+	t, err := capacity.ParseTopology(data)
+	if err != nil {
+		return capacity.Result{}, err
+	}
+	opt := m.opt[compression]
+	// As the server does: this image decodes at its own speed, not the
+	// standard sample's, and the lab's probe stands for the server's.
+	server.ScaleDecode(&t.Network, opt.Compression.Codec, server.DecodeFactor(m.profile[compression]))
+	plan := capacity.Plan{Hosts: []string{"dolly-server"}, Tree: capacity.Chain(n)}
+	if compression != "none" {
+		plan.Compression = opt.Compression
+	}
+	for _, h := range m.env.lab.Nodes[:n] {
+		plan.Hosts = append(plan.Hosts, h.Name)
+	}
+	return capacity.Evaluate(t.Network, plan, opt)
+}
+
+// coef is the machine CPU coefficient of a chain of n nodes without
+// contention, and the rate every other limit allows.
+func (m *costModel) coef(p capacity.Probe, compression string, n int) (coef, others float64, err error) {
+	r, err := m.evaluate(p, compression, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	others = math.Inf(1)
+	for _, c := range r.Constraints {
+		if c.Kind == capacity.MachineCPULimit {
+			coef = c.Coef
+		} else {
+			others = min(others, c.Bound())
+		}
+	}
+	if coef == 0 {
+		return 0, 0, errors.New("the model has no machine CPU limit for the lab")
+	}
+	return coef, others, nil
+}
+
+// split returns A(n) and B(n): the coefficient is A + B/x in the fitted
+// figure x, found from the coefficient at two values of x.
+func (m *costModel) split(p capacity.Probe, fit costFit, n int) (a, b float64, err error) {
+	x1 := fit.get(p)
+	x2 := 2 * x1
+	fit.set(&p, x1)
+	c1, _, err := m.coef(p, fit.compression, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	fit.set(&p, x2)
+	c2, _, err := m.coef(p, fit.compression, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	b = (c1 - c2) / (1/x1 - 1/x2)
+	return c1 - b/x1, b, nil
+}
+
+// fitOne is the figure x at which the model's coefficient of c's chain,
+// with contention k, is what c measured.
+func (m *costModel) fitOne(p capacity.Probe, fit costFit, k float64, c castCost) (float64, error) {
+	a, b, err := m.split(p, fit, c.n)
 	if err != nil {
 		return 0, err
 	}
-	plan := capacity.Plan{Hosts: []string{"dolly-server"}}
-	if fit.compression == "zstd" {
-		plan.Compression = opt.Compression
+	rest := c.perByte/(1+k*float64(c.n)) - a
+	if rest <= 0 || b <= 0 {
+		return 0, fmt.Errorf("calibration cast of %d nodes cost %.3g CPU-s per GB, within the model's %.3g for all but the %s",
+			c.n, c.perByte*1e9, a*(1+k*float64(c.n))*1e9, fit.what)
 	}
-	coef := func(n int, x float64) (float64, error) {
-		p := probe
-		fit.set(&p, x)
-		data, err := env.lab.Topology(spec, p)
-		if err != nil {
-			return 0, err
-		}
-		t, err := capacity.ParseTopology(data)
-		if err != nil {
-			return 0, err
-		}
-		// As the server does: this image decodes at its own speed, not the
-		// standard sample's, and the lab's probe stands for the server's.
-		server.ScaleDecode(&t.Network, opt.Compression.Codec, server.DecodeFactor(profile))
-		pl := plan
-		pl.Tree = capacity.Chain(n)
-		for _, h := range env.lab.Nodes[:n] {
-			pl.Hosts = append(pl.Hosts, h.Name)
-		}
-		r, err := capacity.Evaluate(t.Network, pl, opt)
-		if err != nil {
-			return 0, err
-		}
-		for _, c := range r.Constraints {
-			if c.Kind == capacity.MachineCPULimit {
-				return c.Coef, nil
-			}
-		}
-		return 0, errors.New("the model has no machine CPU limit for the lab")
+	return b / rest, nil
+}
+
+// fitPair is the figure x and the contention k at which the model's
+// coefficients of both chains are what the casts measured. A smaller chain
+// that costs no less per node than the larger one needs no contention.
+func (m *costModel) fitPair(p capacity.Probe, fit costFit, lo, hi castCost) (x, k float64, err error) {
+	aLo, bLo, err := m.split(p, fit, lo.n)
+	if err != nil {
+		return 0, 0, err
 	}
-	// model returns A(n) and B(n) from the coefficient at two values of x.
-	model := func(n int) (a, b float64, err error) {
-		x1 := fit.get(probe)
-		x2 := 2 * x1
-		c1, err := coef(n, x1)
+	excess := func(k float64) (float64, float64, error) {
+		x, err := m.fitOne(p, fit, k, hi)
 		if err != nil {
 			return 0, 0, err
 		}
-		c2, err := coef(n, x2)
-		if err != nil {
-			return 0, 0, err
-		}
-		b = (c1 - c2) / (1/x1 - 1/x2)
-		return c1 - b/x1, b, nil
+		return (1+k*float64(lo.n))*(aLo+bLo/x) - lo.perByte, x, nil
 	}
-	measure := func(n int) (float64, error) {
-		logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d", mbit, fit.compression, n))
+	e, x, err := excess(0)
+	if err != nil || e <= 0 || lo.n == hi.n {
+		return x, 0, err
+	}
+	// The excess falls as k grows: bisect between 0 and the largest k the
+	// larger cast allows (or the file's bound, 1).
+	kLo, kHi := 0.0, 1.0
+	for range 60 {
+		k := (kLo + kHi) / 2
+		e, _, err := excess(k)
+		if err != nil || e < 0 {
+			kHi = k
+		} else {
+			kLo = k
+		}
+	}
+	x, err = m.fitOne(p, fit, kLo, hi)
+	return x, kLo, err
+}
+
+// measureCost casts img along a chain of n nodes reps times and returns
+// the median of the machine's time per image byte. A cast that fell well
+// short of every limit but the machine's CPU was held back by the machine:
+// all its cores count, the moments they sat idle too (on this machine a
+// busy core waits for a sleeping one to wake, and the more so the more
+// hosts hand bytes to each other). Any other cast counts its busy cores.
+func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Probe, compression string, mbit float64, img image, n, reps int) (castCost, error) {
+	_, others, err := m.coef(p, compression, n)
+	if err != nil {
+		return castCost{}, err
+	}
+	var costs []float64
+	for rep := range reps {
+		logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d-%d", mbit, compression, n, rep))
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			return 0, err
+			return castCost{}, err
 		}
-		r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: fit.compression, nodes: n, mbit: mbit, image: img.name}
+		r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: compression, nodes: n, mbit: mbit, image: img.name}
 		trace := traceCPU(50 * time.Millisecond)
 		res, err := env.dolly(ctx, r, img, logDir)
 		samples := trace()
 		syscall.Sync()
 		if err != nil {
-			return 0, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+			return castCost{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
 		}
 		span := time.Duration(res.seconds * float64(time.Second))
-		cores, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
+		busy, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
 		if err != nil {
-			return 0, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+			return castCost{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
 		}
-		return cores / (float64(img.size) / res.seconds), nil
+		rate := float64(img.size) / res.seconds
+		cores, held := busy, rate < 0.9*others
+		if held {
+			cores = float64(runtime.NumCPU())
+		}
+		costs = append(costs, cores/rate)
+		how := "link-bound: its busy cores count"
+		if held {
+			how = "held back by the machine: all cores count"
+		}
+		fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy (%s), %.2f CPU-s per GB\n",
+			n, compression, rate/1e6, busy, how, cores/rate*1e9)
 	}
-	if fit.get(probe) <= 0 {
-		return 0, fmt.Errorf("the probe has no %s figure to start from", fit.what)
-	}
-	aLo, bLo, err := model(lo)
-	if err != nil {
-		return 0, err
-	}
-	aHi, bHi, err := model(hi)
-	if err != nil {
-		return 0, err
-	}
-	mLo, err := measure(lo)
-	if err != nil {
-		return 0, err
-	}
-	mHi, err := measure(hi)
-	if err != nil {
-		return 0, err
-	}
-	dm, da, db := mHi-mLo, aHi-aLo, bHi-bLo
-	if dm <= da || db <= 0 {
-		return 0, fmt.Errorf("calibration casts: %d nodes cost %.3g CPU-s per byte more than %d, within the model's %.3g for all but the %s", hi, dm, lo, da, fit.what)
-	}
-	return db / (dm - da), nil
+	slices.Sort(costs)
+	return castCost{n: n, perByte: costs[len(costs)/2]}, nil
 }
 
 // castOptions are the model's options for casting the image at path, and

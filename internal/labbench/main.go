@@ -162,7 +162,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	fmt.Printf("labbench: lab probed: write path %.0f MB/s, TCP stream %.0f MB/s, copy %.0f MB/s, zstd decode %.0f MB/s per core\n",
 		probe.DiskWriteCPUBytesPerSec/1e6, probe.NetStreamBytesPerSec/1e6, probe.MemcpyBytesPerSec/1e6, probe.DecompressBytesPerSec["zstd"]/1e6)
-	topo, err := l.Topology(spec, probe)
+	topo, err := l.Topology(spec, probe, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -172,27 +172,32 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
 	if len(l.Nodes) >= 2 {
-		// One node and half the lab: the slope between them is the cost
-		// of a node.
-		img, n := images[g.runs[0].image], max(2, len(l.Nodes)/2)
+		// Half the lab and all of it: the costs of the larger casts, where
+		// the machine's CPU limits the rate.
+		img, hi := images[g.runs[0].image], len(l.Nodes)
+		lo := max(1, hi/2)
+		reps := 3 // casts on a shared machine vary by ±10%: the median of three
+		if o.quick {
+			reps = 1
+		}
 		fits := []costFit{relayFit}
 		if slices.ContainsFunc(g.runs, func(r runSpec) bool { return r.method == "dolly" && r.compression == "zstd" }) {
 			fits = append(fits, decodeFit)
 		}
-		for _, fit := range fits {
-			v, err := calibrateCost(ctx, env, spec, probe, fit, g.mbit, img, 1, n)
-			if err != nil {
-				// The runs still tell what they measure; only the model
-				// keeps the quiet machine's figure.
-				fmt.Printf("labbench: warning: no calibration of the %s, the model keeps the probe's %.0f MB/s per core: %v\n",
-					fit.what, fit.get(probe)/1e6, err)
-				continue
+		fitted, contention, err := fitCosts(ctx, env, spec, probe, fits, g.mbit, img, lo, hi, reps)
+		if err != nil {
+			// The runs still tell what they measure; only the model
+			// keeps the quiet machine's figures.
+			fmt.Printf("labbench: warning: no calibration by casts, the model keeps the probe's figures: %v\n", err)
+		} else {
+			for _, fit := range fits {
+				fmt.Printf("labbench: casts of %d and %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
+					lo, hi, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
 			}
-			fmt.Printf("labbench: casts of 1 and %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
-				n, img.name, v/1e6, fit.what, fit.get(probe)/1e6)
-			fit.set(&probe, v)
+			fmt.Printf("labbench: contention: each host costs %.1f%% more per byte for every other host on the machine\n", contention*100)
+			probe = fitted
 		}
-		if topo, err = l.Topology(spec, probe); err != nil {
+		if topo, err = l.Topology(spec, probe, contention); err != nil {
 			return nil, err
 		}
 		if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
