@@ -120,6 +120,8 @@ func TestParseTopologyErrors(t *testing.T) {
 		{"machine without hosts", topologyWith("", `, "machines": {"box": {"contention": 0.1}}`), "machine box: no host runs on it"},
 		{"negative contention", topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"}`,
 			`, "machines": {"box": {"contention": -0.1}}`), "contention -0.1"},
+		{"contention above 1", topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"}`,
+			`, "machines": {"box": {"contention": 1.5}}`), "want a share from 0 to 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -117,6 +117,11 @@ func compile(net Network) (*fabric, error) {
 		}
 		switchIndex[s.Name] = i
 	}
+	for name, m := range net.Machines {
+		if m.Contention < 0 || m.Contention > 1 {
+			return nil, fmt.Errorf("machine %s: contention %v: want a share from 0 to 1", name, m.Contention)
+		}
+	}
 	f.hostSw = make([]int, len(net.Hosts))
 	f.upName = make([]string, len(net.Hosts))
 	f.downName = make([]string, len(net.Hosts))

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -160,6 +161,17 @@ func TestMachineContention(t *testing.T) {
 		if !near(c.Coef, want) {
 			t.Errorf("%d nodes, contention %v: coefficient %v, want %v", tt.nodes, tt.contention, c.Coef, want)
 		}
+	}
+}
+
+// A machine's figures are checked where the model takes them, not only
+// in a topology file.
+func TestMachineContentionChecked(t *testing.T) {
+	net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})
+	net.Machines = map[string]Machine{"box": {Contention: -0.5}}
+	_, err := Evaluate(net, Plan{Tree: Chain(2), Hosts: hostNames(net)}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "machine box: contention -0.5") {
+		t.Fatalf("error %v, want the contention refused", err)
 	}
 }
 

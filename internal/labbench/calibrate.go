@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -12,7 +13,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -190,7 +190,8 @@ type castCost struct {
 // fitCosts casts img along chains of lo and hi nodes, raw and compressed as
 // the fits say, and fits the figures of the probe the fits name, and the
 // machine's contention, to what the casts cost the machine. Those casts'
-// costs are the limit of the lab's larger casts.
+// costs are the limit of the lab's larger casts. It returns the probe with
+// the figures that could be fitted, the contention, and what could not.
 //
 // For an n-node chain the model's machine CPU coefficient is
 //
@@ -199,13 +200,13 @@ type castCost struct {
 // seconds of CPU per image byte: A(n) all that the model counts but the
 // fitted figure x, B(n)/x what x costs, k the contention. The last fit's two
 // casts give its x and k together; the other fits take k and give their x
-// from their larger cast. The figures depend on one another through A, so
-// the fits go round until they settle. The runs are predictions from them.
+// from their chain of hi nodes. The figures depend on one another through
+// A, so the fits go round a few times; they settle within three.
 //
 // Hosts that share two cores slow each other more than in proportion to
-// their number: a chain of 8 costs this machine more than twice a chain of
-// 4 per byte. Without k, the fit either misses the smaller casts or the
-// larger ones by 15–25%.
+// their number: a chain of 8 may cost this machine more than twice a chain
+// of 4 per byte. Without k, the fit either misses the smaller casts or the
+// larger ones.
 func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fits []costFit, mbit float64, img image, lo, hi, reps int) (capacity.Probe, float64, error) {
 	for _, fit := range fits {
 		if fit.get(probe) <= 0 {
@@ -215,31 +216,60 @@ func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Pr
 	m := newCostModel(env, spec, img)
 	measured := make([][2]castCost, len(fits))
 	for i, fit := range fits {
-		for j, n := range []int{lo, hi} {
+		counts := []int{hi}
+		if i == len(fits)-1 {
+			counts = []int{lo, hi} // only the pair fits the contention
+		}
+		for _, n := range counts {
 			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, n, reps)
 			if err != nil {
 				return probe, 0, err
 			}
-			measured[i][j] = c
+			measured[i][1] = c
+			if n == lo && len(counts) == 2 {
+				measured[i][0] = c
+			}
 		}
 	}
 	var k float64
-	for range 8 {
+	failed := make([]error, len(fits))
+	for range 5 {
 		for i, fit := range fits {
-			var x float64
-			var err error
-			if i == len(fits)-1 {
-				x, k, err = m.fitPair(probe, fit, measured[i][0], measured[i][1])
-			} else {
-				x, err = m.fitOne(probe, fit, k, measured[i][1])
+			if failed[i] != nil {
+				continue
 			}
+			f, err := fitOneOf(m, probe, fit, k, measured[i], i == len(fits)-1)
 			if err != nil {
-				return probe, 0, err
+				failed[i] = fmt.Errorf("%s: %w", fit.what, err)
+				continue
 			}
-			fit.set(&probe, x)
+			k = f.k // unchanged but for the pair
+			fit.set(&probe, f.x)
 		}
 	}
-	return probe, k, nil
+	return probe, k, errors.Join(failed...)
+}
+
+// fitted is a figure and, from a pair of casts, the contention.
+type fitted struct{ x, k float64 }
+
+// fitOneOf fits fit's figure to its casts with the model's present
+// figures: with the contention too when pair is set, else at k.
+func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]castCost, pair bool) (fitted, error) {
+	aHi, bHi, err := m.split(p, fit, casts[1].n)
+	if err != nil {
+		return fitted{}, err
+	}
+	if !pair {
+		x, err := fitOne(aHi, bHi, k, casts[1])
+		return fitted{x, k}, err
+	}
+	aLo, bLo, err := m.split(p, fit, casts[0].n)
+	if err != nil {
+		return fitted{}, err
+	}
+	x, k, err := fitPair(aLo, bLo, aHi, bHi, casts[0], casts[1])
+	return fitted{x, k}, err
 }
 
 // costModel evaluates the model's machine coefficient of chains of the lab.
@@ -295,24 +325,44 @@ func (m *costModel) evaluate(p capacity.Probe, compression string, n int) (capac
 }
 
 // coef is the machine CPU coefficient of a chain of n nodes without
-// contention, and the rate every other limit allows.
-func (m *costModel) coef(p capacity.Probe, compression string, n int) (coef, others float64, err error) {
+// contention.
+func (m *costModel) coef(p capacity.Probe, compression string, n int) (float64, error) {
+	c, err := m.machineLimit(p, compression, n)
+	return c.Coef, err
+}
+
+// limits are the machine's cores and the rate every other limit allows a
+// chain of n nodes.
+func (m *costModel) limits(p capacity.Probe, compression string, n int) (cores, others float64, err error) {
+	c, err := m.machineLimit(p, compression, n)
+	if err != nil {
+		return 0, 0, err
+	}
 	r, err := m.evaluate(p, compression, n)
 	if err != nil {
 		return 0, 0, err
 	}
 	others = math.Inf(1)
 	for _, c := range r.Constraints {
-		if c.Kind == capacity.MachineCPULimit {
-			coef = c.Coef
-		} else {
+		if c.Kind != capacity.MachineCPULimit {
 			others = min(others, c.Bound())
 		}
 	}
-	if coef == 0 {
-		return 0, 0, errors.New("the model has no machine CPU limit for the lab")
+	return c.Cap, others, nil
+}
+
+// machineLimit is the model's machine CPU limit for a chain of n nodes.
+func (m *costModel) machineLimit(p capacity.Probe, compression string, n int) (capacity.Constraint, error) {
+	r, err := m.evaluate(p, compression, n)
+	if err != nil {
+		return capacity.Constraint{}, err
 	}
-	return coef, others, nil
+	for _, c := range r.Constraints {
+		if c.Kind == capacity.MachineCPULimit {
+			return c, nil
+		}
+	}
+	return capacity.Constraint{}, errors.New("the model has no machine CPU limit for the lab")
 }
 
 // split returns A(n) and B(n): the coefficient is A + B/x in the fitted
@@ -321,12 +371,12 @@ func (m *costModel) split(p capacity.Probe, fit costFit, n int) (a, b float64, e
 	x1 := fit.get(p)
 	x2 := 2 * x1
 	fit.set(&p, x1)
-	c1, _, err := m.coef(p, fit.compression, n)
+	c1, err := m.coef(p, fit.compression, n)
 	if err != nil {
 		return 0, 0, err
 	}
 	fit.set(&p, x2)
-	c2, _, err := m.coef(p, fit.compression, n)
+	c2, err := m.coef(p, fit.compression, n)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -334,31 +384,27 @@ func (m *costModel) split(p capacity.Probe, fit costFit, n int) (a, b float64, e
 	return c1 - b/x1, b, nil
 }
 
-// fitOne is the figure x at which the model's coefficient of c's chain,
-// with contention k, is what c measured.
-func (m *costModel) fitOne(p capacity.Probe, fit costFit, k float64, c castCost) (float64, error) {
-	a, b, err := m.split(p, fit, c.n)
-	if err != nil {
-		return 0, err
+// fitOne is the figure x at which the model's coefficient for c's chain,
+// (1 + k·n)·(a + b/x), is what c measured.
+func fitOne(a, b, k float64, c castCost) (float64, error) {
+	if b <= 0 {
+		return 0, errors.New("the figure costs nothing in the model's chain")
 	}
 	rest := c.perByte/(1+k*float64(c.n)) - a
-	if rest <= 0 || b <= 0 {
-		return 0, fmt.Errorf("calibration cast of %d nodes cost %.3g CPU-s per GB, within the model's %.3g for all but the %s",
-			c.n, c.perByte*1e9, a*(1+k*float64(c.n))*1e9, fit.what)
+	if rest <= 0 {
+		return 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, no more than the model counts without the figure (%.3g)",
+			c.n, c.perByte*1e9, a*(1+k*float64(c.n))*1e9)
 	}
 	return b / rest, nil
 }
 
 // fitPair is the figure x and the contention k at which the model's
-// coefficients of both chains are what the casts measured. A smaller chain
-// that costs no less per node than the larger one needs no contention.
-func (m *costModel) fitPair(p capacity.Probe, fit costFit, lo, hi castCost) (x, k float64, err error) {
-	aLo, bLo, err := m.split(p, fit, lo.n)
-	if err != nil {
-		return 0, 0, err
-	}
+// coefficients for both chains are what the casts measured. When the
+// model, fitted to the larger chain without contention, already predicts
+// the smaller one's cost or less, there is no contention to fit: k is 0.
+func fitPair(aLo, bLo, aHi, bHi float64, lo, hi castCost) (x, k float64, err error) {
 	excess := func(k float64) (float64, float64, error) {
-		x, err := m.fitOne(p, fit, k, hi)
+		x, err := fitOne(aHi, bHi, k, hi)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -368,9 +414,13 @@ func (m *costModel) fitPair(p capacity.Probe, fit costFit, lo, hi castCost) (x, 
 	if err != nil || e <= 0 || lo.n == hi.n {
 		return x, 0, err
 	}
-	// The excess falls as k grows: bisect between 0 and the largest k the
-	// larger cast allows (or the file's bound, 1).
+	// The excess falls as k grows, until the larger chain leaves the
+	// figure nothing to cost: bisect for its root up to the file's bound, 1.
 	kLo, kHi := 0.0, 1.0
+	if e, _, err := excess(kHi); err == nil && e > 0 {
+		return 0, 0, fmt.Errorf("the chain of %d nodes costs %.3g CPU-s per GB, too little next to %d nodes' %.3g for any contention up to 1",
+			lo.n, lo.perByte*1e9, hi.n, hi.perByte*1e9)
+	}
 	for range 60 {
 		k := (kLo + kHi) / 2
 		e, _, err := excess(k)
@@ -380,22 +430,23 @@ func (m *costModel) fitPair(p capacity.Probe, fit costFit, lo, hi castCost) (x, 
 			kLo = k
 		}
 	}
-	x, err = m.fitOne(p, fit, kLo, hi)
+	x, err = fitOne(aHi, bHi, kLo, hi)
 	return x, kLo, err
 }
 
 // measureCost casts img along a chain of n nodes reps times and returns
-// the median of the machine's time per image byte. A cast that fell well
-// short of every limit but the machine's CPU was held back by the machine:
-// all its cores count, the moments they sat idle too (on this machine a
-// busy core waits for a sleeping one to wake, and the more so the more
-// hosts hand bytes to each other). Any other cast counts its busy cores.
+// the machine's time per image byte at the median rate. A chain that fell
+// well short of every limit but the machine's CPU was held back by the
+// machine: all its cores count, the moments they sat idle too (on this
+// machine a busy core waits for a sleeping one to wake, the more so the
+// more hosts hand bytes to each other). Any other counts its busy cores.
 func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Probe, compression string, mbit float64, img image, n, reps int) (castCost, error) {
-	_, others, err := m.coef(p, compression, n)
+	cores, others, err := m.limits(p, compression, n)
 	if err != nil {
 		return castCost{}, err
 	}
-	var costs []float64
+	type cast struct{ rate, busy float64 }
+	var casts []cast
 	for rep := range reps {
 		logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d-%d", mbit, compression, n, rep))
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -414,21 +465,20 @@ func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Prob
 		if err != nil {
 			return castCost{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
 		}
-		rate := float64(img.size) / res.seconds
-		cores, held := busy, rate < 0.9*others
-		if held {
-			cores = float64(runtime.NumCPU())
-		}
-		costs = append(costs, cores/rate)
-		how := "link-bound: its busy cores count"
-		if held {
-			how = "held back by the machine: all cores count"
-		}
-		fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy (%s), %.2f CPU-s per GB\n",
-			n, compression, rate/1e6, busy, how, cores/rate*1e9)
+		c := cast{rate: float64(img.size) / res.seconds, busy: busy}
+		casts = append(casts, c)
+		fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy\n", n, compression, c.rate/1e6, busy)
 	}
-	slices.Sort(costs)
-	return castCost{n: n, perByte: costs[len(costs)/2]}, nil
+	slices.SortFunc(casts, func(a, b cast) int { return cmp.Compare(a.rate, b.rate) })
+	mid := casts[len(casts)/2]
+	used, how := mid.busy, "busy cores"
+	if mid.rate < 0.9*others {
+		used, how = cores, fmt.Sprintf("all %g cores: held back by the machine, links allow %.0f MB/s", cores, others/1e6)
+	}
+	c := castCost{n: n, perByte: used / mid.rate}
+	fmt.Printf("labbench: calibration: chain of %d, %s, median %.1f MB/s: %.2f CPU-s per GB (%s)\n",
+		n, compression, mid.rate/1e6, c.perByte*1e9, how)
+	return c, nil
 }
 
 // castOptions are the model's options for casting the image at path, and

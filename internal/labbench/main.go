@@ -186,17 +186,16 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		}
 		fitted, contention, err := fitCosts(ctx, env, spec, probe, fits, g.mbit, img, lo, hi, reps)
 		if err != nil {
-			// The runs still tell what they measure; only the model
-			// keeps the quiet machine's figures.
-			fmt.Printf("labbench: warning: no calibration by casts, the model keeps the probe's figures: %v\n", err)
-		} else {
-			for _, fit := range fits {
-				fmt.Printf("labbench: casts of %d and %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
-					lo, hi, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
-			}
-			fmt.Printf("labbench: contention: each host costs %.1f%% more per byte for every other host on the machine\n", contention*100)
-			probe = fitted
+			// The runs still tell what they measure; only the model keeps
+			// the quiet machine's figure for what could not be fitted.
+			fmt.Printf("labbench: warning: calibration by casts: %v\n", err)
 		}
+		for _, fit := range fits {
+			fmt.Printf("labbench: casts of %d to %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
+				lo, hi, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
+		}
+		fmt.Printf("labbench: contention: each host costs %.1f%% more per byte for every other host of the cast\n", contention*100)
+		probe = fitted
 		if topo, err = l.Topology(spec, probe, contention); err != nil {
 			return nil, err
 		}
