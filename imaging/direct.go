@@ -208,19 +208,17 @@ func (w *directWriter) queueBuffer() error {
 
 // zero queues zeroing [off, off+n) with fn, after every byte before it.
 func (w *directWriter) zero(fn func() error) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return os.ErrClosed
-	}
-	if err := w.queueBuffer(); err != nil {
-		return err
-	}
-	return w.send(diskOp{do: fn})
+	return w.afterPending(func() error { return w.send(diskOp{do: fn}) })
 }
 
 // flush writes every pending byte and waits for the disk.
 func (w *directWriter) flush() error {
+	return w.afterPending(w.drain)
+}
+
+// afterPending queues the buffered bytes, then does then, both under the
+// writer's lock.
+func (w *directWriter) afterPending(then func() error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -229,7 +227,7 @@ func (w *directWriter) flush() error {
 	if err := w.queueBuffer(); err != nil {
 		return err
 	}
-	return w.drain()
+	return then()
 }
 
 // write writes chunk[start:end], image bytes from base+start: the aligned
