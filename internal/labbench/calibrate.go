@@ -213,23 +213,21 @@ func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Pr
 			return probe, 0, fmt.Errorf("the probe has no %s figure to start from", fit.what)
 		}
 	}
-	m := newCostModel(env, spec, img)
+	m := newCostModel(ctx, env, spec, img)
 	measured := make([][2]castCost, len(fits))
 	for i, fit := range fits {
-		counts := []int{hi}
-		if i == len(fits)-1 {
-			counts = []int{lo, hi} // only the pair fits the contention
-		}
-		for _, n := range counts {
-			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, n, reps)
+		if i == len(fits)-1 { // only the pair fits the contention
+			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, lo, reps)
 			if err != nil {
 				return probe, 0, err
 			}
-			measured[i][1] = c
-			if n == lo && len(counts) == 2 {
-				measured[i][0] = c
-			}
+			measured[i][0] = c
 		}
+		c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, hi, reps)
+		if err != nil {
+			return probe, 0, err
+		}
+		measured[i][1] = c
 	}
 	var k float64
 	failed := make([]error, len(fits))
@@ -250,26 +248,26 @@ func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Pr
 	return probe, k, errors.Join(failed...)
 }
 
-// fitted is a figure and, from a pair of casts, the contention.
-type fitted struct{ x, k float64 }
+// fitResult is a figure and, from a pair of casts, the contention.
+type fitResult struct{ x, k float64 }
 
 // fitOneOf fits fit's figure to its casts with the model's present
 // figures: with the contention too when pair is set, else at k.
-func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]castCost, pair bool) (fitted, error) {
+func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]castCost, pair bool) (fitResult, error) {
 	aHi, bHi, err := m.split(p, fit, casts[1].n)
 	if err != nil {
-		return fitted{}, err
+		return fitResult{}, err
 	}
 	if !pair {
 		x, err := fitOne(aHi, bHi, k, casts[1])
-		return fitted{x, k}, err
+		return fitResult{x, k}, err
 	}
 	aLo, bLo, err := m.split(p, fit, casts[0].n)
 	if err != nil {
-		return fitted{}, err
+		return fitResult{}, err
 	}
 	x, k, err := fitPair(aLo, bLo, aHi, bHi, casts[0], casts[1])
-	return fitted{x, k}, err
+	return fitResult{x, k}, err
 }
 
 // costModel evaluates the model's machine coefficient of chains of the lab.
@@ -284,10 +282,10 @@ type costModel struct {
 	err     error
 }
 
-func newCostModel(env *labEnv, spec lab.Spec, img image) *costModel {
+func newCostModel(ctx context.Context, env *labEnv, spec lab.Spec, img image) *costModel {
 	m := &costModel{env: env, spec: spec, img: img, opt: map[string]capacity.Options{}, profile: map[string]imaging.Profile{}}
 	for comp, path := range map[string]string{"none": img.raw, "zstd": img.zst} {
-		opt, profile, err := castOptions(context.Background(), path)
+		opt, profile, err := castOptions(ctx, path)
 		if err != nil {
 			m.err = err
 		}
