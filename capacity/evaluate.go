@@ -1,8 +1,11 @@
 package capacity
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -34,6 +37,17 @@ type stream struct {
 	zero        float64 // share of the raw image in zero runs, which are not sent
 	// stored is how the source holds the image; nil means as it is sent.
 	stored *Compression
+	// piece, when set, is the stretch of the image being counted: its own
+	// zero runs, compressibility and decoding cost replace the image's.
+	piece *Piece
+}
+
+// factor is the raw bytes per compressed byte of what is counted.
+func (s stream) factor() float64 {
+	if s.piece != nil {
+		return s.piece.Factor
+	}
+	return s.Factor
 }
 
 // wire returns the bytes on the wire per raw byte: 1/c for a compressed
@@ -41,14 +55,67 @@ type stream struct {
 // header bytes).
 func (s stream) wire() float64 {
 	if s.Enabled() {
-		return 1 / s.Factor
+		return 1 / s.factor()
 	}
-	return 1 - s.zero
+	return s.data()
 }
 
 // data is the share of the raw image that is data rather than zero runs:
 // what a node copies and writes.
-func (s stream) data() float64 { return 1 - s.zero }
+func (s stream) data() float64 {
+	if s.piece != nil {
+		return 1 - s.piece.ZeroFraction
+	}
+	return 1 - s.zero
+}
+
+// storedBytes is the stored bytes per raw byte of an image held compressed.
+func (s stream) storedBytes() float64 {
+	if s.piece != nil {
+		return 1 / s.piece.Factor
+	}
+	return 1 / s.stored.Factor
+}
+
+// decodeWeight is the decoding cost per raw byte of what is counted,
+// against the image's average.
+func (s stream) decodeWeight() float64 {
+	if s.piece != nil && s.piece.Decode > 0 {
+		return s.piece.Decode
+	}
+	return 1
+}
+
+// Piece is a stretch of the image, in order. Images are seldom uniform: a
+// filesystem holds its files first and its free space (zero runs) after,
+// and its files compress unevenly. Where a link sets the pace of one
+// stretch and the CPU that of the next, the cast takes each stretch's time
+// in turn, longer than the image's averages suggest: the nodes cannot
+// decode a stretch before it has arrived.
+type Piece struct {
+	Share        float64 `json:"share"`         // of the raw image
+	ZeroFraction float64 `json:"zero_fraction"` // of the piece, in zero runs
+	// Factor is the piece's raw bytes per compressed byte, for a
+	// compressed stream (and a compressed stored image).
+	Factor float64 `json:"factor"`
+	// Decode is the piece's decoding cost per raw byte against the image's
+	// average; 0 counts it as 1.
+	Decode float64 `json:"decode,omitempty"`
+}
+
+func (p Piece) check() error {
+	switch {
+	case !(p.Share > 0) || math.IsInf(p.Share, 0):
+		return fmt.Errorf("share %v: want a positive share", p.Share)
+	case !(p.ZeroFraction >= 0 && p.ZeroFraction <= 1):
+		return fmt.Errorf("zero fraction %v: want a share from 0 to 1", p.ZeroFraction)
+	case !(p.Factor > 0) || math.IsInf(p.Factor, 0):
+		return fmt.Errorf("compression factor %v: want a finite factor above 0", p.Factor)
+	case !(p.Decode >= 0) || math.IsInf(p.Decode, 0):
+		return fmt.Errorf("decoding cost %v: want a finite cost from 0", p.Decode)
+	}
+	return nil
+}
 
 // conversion tells what the source does to turn the stored image into the
 // stream: "compress", "decompress" or nothing.
@@ -155,7 +222,48 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		}
 	}
 
+	limits := func(st stream) ([]Constraint, error) {
+		return f.limits(plan, st, host, out, channels{up: up, down: down, trunks: trunkUse, switches: switchUse})
+	}
+	constraints, err := limits(st)
+	if err != nil {
+		return Result{}, err
+	}
+	rate, binding := Solve(constraints)
+	bottleneck := describeBinding(binding)
+	if len(opt.Pieces) > 0 {
+		rate, binding, bottleneck, err = pieceRate(opt.Pieces, st, limits)
+		if err != nil {
+			return Result{}, err
+		}
+	}
 	wire := st.wire()
+	depth := t.Depth()
+	return Result{
+		Plan:        plan,
+		Rate:        rate,
+		Depth:       depth,
+		ETA:         ETA(rate, rate*wire, depth, f.hopBytes(host[1:], binding, opt), opt),
+		Bottleneck:  bottleneck,
+		Binding:     binding,
+		Constraints: constraints,
+	}, nil
+}
+
+// channels counts the logical channels a plan puts on each link direction,
+// trunk direction and switch.
+type channels struct {
+	up, down []int
+	trunks   [][2]int
+	switches []int
+}
+
+// limits is every constraint of the plan for one stream: the links', the
+// switches', the hosts' and the shared machines'.
+func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]Constraint, error) {
+	wire := st.wire()
+	t := plan.Tree
+	up, down, trunkUse, switchUse := use.up, use.down, use.trunks, use.switches
 	eff := f.net.linkEfficiency()
 	constraints := make([]Constraint, 0, 6*len(t.Parent))
 	link := func(name string, streams int, capacity float64) {
@@ -187,7 +295,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		var err error
 		constraints, err = appendHostLimits(constraints, h.Name, h.Resources, v == 0, out[v], st)
 		if err != nil {
-			return Result{}, fmt.Errorf("host %s: %w", h.Name, err)
+			return nil, fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		if h.Machine == "" {
 			continue
@@ -204,17 +312,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		constraints = machines[name].appendLimits(constraints, name)
 	}
 
-	rate, binding := Solve(constraints)
-	depth := t.Depth()
-	return Result{
-		Plan:        plan,
-		Rate:        rate,
-		Depth:       depth,
-		ETA:         ETA(rate, rate*wire, depth, f.hopBytes(host[1:], binding, opt), opt),
-		Bottleneck:  describeBinding(binding),
-		Binding:     binding,
-		Constraints: constraints,
-	}, nil
+	return constraints, nil
 }
 
 // hopBytes is the stream a hop holds in flight, which delays every node
@@ -284,4 +382,73 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
 	}
 	return dst
+}
+
+// minReasonShare is the least share of a cast's time for which a reason is
+// named in its bottleneck.
+const minReasonShare = 0.05
+
+// pieceRate is the rate over the image's pieces: each piece takes its share
+// of the raw bytes at the rate its own stream allows, so the image's rate
+// is the share-weighted harmonic mean of theirs. The binding constraints
+// are those of the reason that takes the most time; the bottleneck names
+// each reason with its share of the time when there are several.
+func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, error)) (float64, []Constraint, string, error) {
+	var total float64
+	for i, p := range pieces {
+		if err := p.check(); err != nil {
+			return 0, nil, "", fmt.Errorf("image piece %d: %w", i+1, err)
+		}
+		total += p.Share
+	}
+	type reason struct {
+		text    string
+		binding []Constraint
+		time    float64
+	}
+	var reasons []*reason
+	byText := map[string]*reason{}
+	var spent float64
+	for _, p := range pieces {
+		p.Share /= total
+		st.piece = &p
+		cs, err := limits(st)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		rate, binding := Solve(cs)
+		if math.IsInf(rate, 1) {
+			continue // nothing to send, write or decode: no time
+		}
+		if !(rate > 0) {
+			return 0, nil, "", fmt.Errorf("image piece at %.0f%%: the plan moves nothing", 100*p.Share)
+		}
+		t := p.Share / rate
+		spent += t
+		text := describeBinding(binding)
+		r := byText[text]
+		if r == nil {
+			r = &reason{text: text, binding: binding}
+			byText[text] = r
+			reasons = append(reasons, r)
+		}
+		r.time += t
+	}
+	if len(reasons) == 0 {
+		return math.Inf(1), nil, "", nil
+	}
+	slices.SortStableFunc(reasons, func(a, b *reason) int { return cmp.Compare(b.time, a.time) })
+	// Reasons that hold the cast up only briefly would crowd the line.
+	shown := 1
+	for shown < min(len(reasons), maxBottleneckGroups) && reasons[shown].time >= minReasonShare*spent {
+		shown++
+	}
+	if shown == 1 {
+		return 1 / spent, reasons[0].binding, reasons[0].text, nil
+	}
+	parts := []string{fmt.Sprintf("%.0f%% of the time: %s", 100*reasons[0].time/spent, reasons[0].text)}
+	for _, r := range reasons[1:shown] {
+		parts = append(parts, fmt.Sprintf("%.0f%%: %s", 100*r.time/spent, r.text))
+	}
+	return 1 / spent, reasons[0].binding, strings.Join(parts, "; "), nil
 }

@@ -59,9 +59,9 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 			return err
 		}
 		memory += w + d + 2 + 1
-		cpu += 1/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
+		cpu += st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
 		if !r.ParallelDecompress {
-			thread := 1/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
+			thread := st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
 			h.add(DecompressLimit, flow, thread, 1)
 		}
 	}
@@ -106,14 +106,14 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 		passes = d + w
 		convert = d / rate // the encoder spreads over every core
 	case "decompress":
-		stored = 1 / st.stored.Factor
+		stored = st.storedBytes()
 		rate, err := r.decompressRate(st.stored.Codec)
 		if err != nil {
 			return err
 		}
 		passes = 1 + d
-		convert = 1 / rate
-		h.add(DecompressLimit, flow, 1/rate, 1) // one stream decodes on one core
+		convert = st.decodeWeight() / rate
+		h.add(DecompressLimit, flow, convert, 1) // one stream decodes on one core
 	default:
 		if st.Enabled() {
 			passes = w

@@ -40,7 +40,7 @@ func paperLimits(h *hostLimits, r Resources, source bool, out int, comp stream) 
 			return err
 		}
 		rawCopies = 1
-		decompress = comp.Factor / rate // the paper's c/10
+		decompress = comp.factor() / rate // the paper's c/10
 	}
 
 	h.add(DiskLimit, flow, 1, r.Disk)

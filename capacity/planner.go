@@ -36,6 +36,10 @@ type Options struct {
 	// them as a few header bytes and nodes zero the range instead of
 	// writing it, so a mostly empty filesystem casts faster than its size.
 	ZeroFraction float64
+	// Pieces describe the image stretch by stretch, in order, when it is
+	// not uniform; their shares weight their rates. The figures above stay
+	// the image's averages. Nil counts the image as uniform.
+	Pieces []Piece
 	// Stored is how the source holds the image when that differs from a
 	// plan's stream: a raw image sent compressed is compressed on the fly,
 	// a compressed one sent raw is decompressed. Nil: stored as sent.

@@ -29,6 +29,7 @@ type Image struct {
 	// Measured by Scan: raw bytes decoded per CPU second, and that rate
 	// over the standard sample's.
 	decodeRate, decodeFactor float64
+	pieces                   []Piece // the stretches Scan measured
 	f                        *os.File
 }
 
@@ -105,6 +106,7 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	buf := make([]byte, 1<<20)
 	var zeros int64
 	var scanErr error
+	tally := pieceTally{span: tallySpan}
 	OnOneThread(func(cpu func() time.Duration) {
 		gauge := newDecodeGauge(im.Encoding, cpu)
 		defer func() {
@@ -118,14 +120,18 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 			// Whole buffers keep zero runs aligned to the image, as a
 			// node sees them. The decoder runs in this goroutine, so the
 			// thread's CPU time around it is the decoding's.
+			cpu, packed := gauge.image.cpu, cr.n
 			n, rerr := gauge.read(dec, buf)
 			eof := rerr == io.EOF
 			if n > 0 {
+				var z int64
 				Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
 					if s.Zero {
-						zeros += int64(s.Len)
+						z += int64(s.Len)
 					}
 				})
+				zeros += z
+				tally.add(d.Len(), int64(n), z, cr.n-packed, gauge.image.cpu-cpu)
 				d.Write(buf[:n])
 				if progress != nil {
 					progress(d.Len())
@@ -150,8 +156,13 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	im.Size = d.Len()
 	im.Digest = d.Sum()
 	im.ZeroBytes = zeros
+	im.pieces = mergePieces(tally.parts)
 	return nil
 }
+
+// tallySpan is the stretch a scan or a profile measures on its own before
+// the stretches are merged into pieces.
+const tallySpan = 8 << 20
 
 type countingReader struct {
 	r io.Reader

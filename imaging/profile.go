@@ -32,6 +32,9 @@ type Profile struct {
 	// speed depends on the data, so nodes' rates on the sample are scaled
 	// by it.
 	DecodeFactor float64
+	// Pieces are the image stretch by stretch, in order, with the same
+	// figures each; nil when not measured.
+	Pieces []Piece
 }
 
 // profileSamples is how many evenly spread pieces of a raw image Profile
@@ -52,17 +55,22 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 		p.ZeroFraction = float64(im.ZeroBytes) / float64(im.Size)
 		p.Codec, p.Factor = im.Encoding, float64(im.Size)/float64(im.StreamSize)
 		p.DecodeRate, p.DecodeFactor = im.decodeRate, im.decodeFactor
+		p.Pieces = im.pieces
 		return p, nil
 	}
 	p.Sampled, p.Codec = true, Zstd
 	buf := make([]byte, profileSample)
 	step := max(im.Size/profileSamples/ZeroBlock*ZeroBlock, profileSample)
-	var sampled, zeros int64
 	var packed bytes.Buffer
 	zw, err := NewEncoder(Zstd, &packed, 1)
 	if err != nil {
 		return p, err
 	}
+	reset, _ := zw.(interface{ Reset(io.Writer) })
+	// Each sample is a frame of its own, so that each piece's factor is
+	// its own data's.
+	var parts []tallyPart
+	var sizes []int
 	for off := int64(0); off < im.Size; off += step {
 		if err := ctx.Err(); err != nil {
 			return p, err
@@ -71,47 +79,74 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 		if err != nil && err != io.EOF {
 			return p, fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
 		}
+		part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
 		Segments(buf[:n], off, MinZeroRun, off+int64(n) == im.Size, func(s Segment) {
 			if s.Zero {
-				zeros += int64(s.Len)
+				part.zero += int64(s.Len)
 			}
 		})
+		before := packed.Len()
 		if _, err := zw.Write(buf[:n]); err != nil {
 			return p, err
 		}
-		sampled += int64(n)
+		if reset != nil {
+			if err := zw.Close(); err != nil {
+				return p, err
+			}
+			reset.Reset(&packed)
+		}
+		part.packed = int64(packed.Len() - before)
+		parts, sizes = append(parts, part), append(sizes, n)
 	}
 	if err := zw.Close(); err != nil {
 		return p, err
 	}
+	var sampled, zeros int64
+	for _, part := range parts {
+		sampled, zeros = sampled+part.raw, zeros+part.zero
+	}
 	p.ZeroFraction = float64(zeros) / float64(sampled)
 	p.Factor = float64(sampled) / float64(max(packed.Len(), 1))
-	p.DecodeRate, p.DecodeFactor = decodeRate(Zstd, packed.Bytes())
+	var cpu []time.Duration
+	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(Zstd, packed.Bytes(), sizes)
+	if reset != nil { // otherwise one stream: the parts' sizes are not their own
+		for i := range cpu {
+			parts[i].cpu = cpu[i]
+		}
+		p.Pieces = mergePieces(parts)
+	}
 	return p, nil
 }
 
 // decodeRate times one core decoding a compressed stream held in memory,
-// and returns its rate and its factor against the standard sample.
-func decodeRate(enc Encoding, stream []byte) (rate, factor float64) {
-	OnOneThread(func(cpu func() time.Duration) {
+// and returns its rate, its factor against the standard sample and the
+// time each of the stream's parts took, the parts being the sizes given in
+// raw bytes, in order.
+func decodeRate(enc Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
+	OnOneThread(func(clock func() time.Duration) {
 		d, err := NewDecoder(enc, bytes.NewReader(stream))
 		if err != nil {
 			return
 		}
 		defer d.Close()
-		gauge := newDecodeGauge(enc, cpu)
+		gauge := newDecodeGauge(enc, clock)
 		defer gauge.close()
 		buf := make([]byte, 1<<20)
-		for {
-			_, err := gauge.read(d, buf)
-			if err == io.EOF {
-				rate, factor = gauge.rate(), gauge.factor()
-				return
+		for _, size := range sizes {
+			before := gauge.image.cpu
+			for size > 0 {
+				n, err := gauge.read(d, buf[:min(size, len(buf))])
+				size -= n
+				if n == 0 || err != nil && (err != io.EOF || size > 0) {
+					return
+				}
 			}
-			if err != nil {
-				return
-			}
+			cpu = append(cpu, gauge.image.cpu-before)
 		}
+		rate, factor = gauge.rate(), gauge.factor()
 	})
-	return rate, factor
+	if len(cpu) < len(sizes) {
+		cpu = nil
+	}
+	return rate, factor, cpu
 }

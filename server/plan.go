@@ -45,11 +45,42 @@ func Options(p imaging.Profile, frameSize int) capacity.Options {
 		ZeroFraction: min(p.ZeroFraction, 0.999),
 		Compression:  capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
 		Stored:       &capacity.Compression{Factor: 1},
+		Pieces:       pieces(p),
 	}
 	if p.Encoding.Compressed() {
 		opt.Stored = &capacity.Compression{Codec: p.Encoding.String(), Factor: p.Factor}
 	}
 	return opt
+}
+
+// pieces are the profile's stretches as the model takes them: shares of
+// the image, and decoding costs against the image's average (all alike
+// when a stretch went untimed).
+func pieces(p imaging.Profile) []capacity.Piece {
+	if len(p.Pieces) < 2 {
+		return nil
+	}
+	var total int64
+	timed := true
+	for _, pc := range p.Pieces {
+		total += pc.Size
+		timed = timed && pc.DecodeRate > 0
+	}
+	out := make([]capacity.Piece, len(p.Pieces))
+	var average float64 // decoding seconds per raw byte over the image
+	for i, pc := range p.Pieces {
+		out[i] = capacity.Piece{Share: float64(pc.Size) / float64(total), ZeroFraction: pc.ZeroFraction, Factor: pc.Factor, Decode: 1}
+		if timed {
+			out[i].Decode = 1 / pc.DecodeRate
+			average += out[i].Share / pc.DecodeRate
+		}
+	}
+	if timed {
+		for i := range out {
+			out[i].Decode /= average
+		}
+	}
+	return out
 }
 
 // wireEncoding is how a plan sends an image stored as stored.

@@ -1,0 +1,76 @@
+package imaging
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestProfilePieces profiles an image laid out as a filesystem is, files
+// first and free space after: the pieces must tell the stretches apart,
+// whether the image is scanned (compressed) or sampled (raw).
+func TestProfilePieces(t *testing.T) {
+	const size = 128 << 20
+	raw := make([]byte, size)
+	r := rand.New(rand.NewPCG(7, 7))
+	// The first quarter incompressible, the second text-like (a few
+	// distinct bytes), the rest zeros.
+	for i := range size / 4 {
+		raw[i] = byte(r.Uint32() | 1)
+	}
+	for i := size / 4; i < size/2; i++ {
+		raw[i] = "abcd"[r.IntN(4)]
+	}
+	for _, enc := range []Encoding{Raw, Zstd} {
+		t.Run(enc.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "img")
+			if err := os.WriteFile(path, compress(t, enc, raw), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			im, err := OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			ctx := context.Background()
+			if err := im.Scan(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			p, err := im.Profile(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Pieces) < 8 || len(p.Pieces) > maxPieces {
+				t.Fatalf("%d pieces, want 8 to %d", len(p.Pieces), maxPieces)
+			}
+			var total int64
+			for i, pc := range p.Pieces {
+				at := total + pc.Size/2 // the middle of the piece
+				total += pc.Size
+				t.Logf("piece %d at %d MiB: zero %.3f factor %.2f decode %.0f MB/s", i, at>>20, pc.ZeroFraction, pc.Factor, pc.DecodeRate/1e6)
+				if pc.DecodeRate <= 0 {
+					t.Errorf("piece %d: decoding not timed", i)
+				}
+				switch {
+				case at < size/4:
+					if pc.ZeroFraction != 0 || pc.Factor > 1.1 {
+						t.Errorf("piece %d in the random stretch: zero %.3f factor %.2f, want 0 and about 1", i, pc.ZeroFraction, pc.Factor)
+					}
+				case at < size/2:
+					if pc.ZeroFraction != 0 || pc.Factor < 2.5 || pc.Factor > 6 {
+						t.Errorf("piece %d in the text stretch: zero %.3f factor %.2f, want 0 and 2.5 to 6", i, pc.ZeroFraction, pc.Factor)
+					}
+				default:
+					if pc.ZeroFraction != 1 || pc.Factor < 100 {
+						t.Errorf("piece %d in the free space: zero %.3f factor %.2f, want 1 and over 100", i, pc.ZeroFraction, pc.Factor)
+					}
+				}
+			}
+			if total != size {
+				t.Errorf("pieces cover %d bytes, want %d", total, size)
+			}
+		})
+	}
+}
