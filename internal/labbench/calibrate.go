@@ -181,10 +181,14 @@ var (
 )
 
 // A castCost is what a calibration cast measured: the machine's time per
-// image byte of a chain of n nodes, the median of a few casts.
+// image byte of a chain of n nodes, the median of a few casts. held says
+// the machine held the chain back: all its cores count, and the model's
+// rate is to match the chain's, piece by piece of the image. Otherwise
+// only busy cores count, and the model's CPU coefficient is to match them.
 type castCost struct {
 	n       int
 	perByte float64 // seconds of the machine's cores per image byte
+	held    bool
 }
 
 // fitCosts casts img along chains of lo and hi nodes, raw and compressed as
@@ -193,15 +197,13 @@ type castCost struct {
 // costs are the limit of the lab's larger casts. It returns the probe with
 // the figures that could be fitted, the contention, and what could not.
 //
-// For an n-node chain the model's machine CPU coefficient is
-//
-//	(1 + k·n) · (A(n) + B(n)/x)
-//
-// seconds of CPU per image byte: A(n) all that the model counts but the
-// fitted figure x, B(n)/x what x costs, k the contention. The last fit's two
+// For an n-node chain the model's cost per image byte depends on the
+// fitted figure x and the contention k (each host of m on the machine costs
+// 1 + k·(m−1) times its own). It falls as x grows: the fits search x, and
+// the pair searches k, for the cost each chain measured. The last fit's two
 // casts give its x and k together; the other fits take k and give their x
-// from their chain of hi nodes. The figures depend on one another through
-// A, so the fits go round a few times; they settle within three.
+// from their chain of hi nodes. The figures depend on one another, so the
+// fits go round a few times; they settle within three.
 //
 // Hosts that share two cores slow each other more than in proportion to
 // their number: a chain of 8 may cost this machine more than twice a chain
@@ -254,19 +256,21 @@ type fitResult struct{ x, k float64 }
 // fitOneOf fits fit's figure to its casts with the model's present
 // figures: with the contention too when pair is set, else at k.
 func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]castCost, pair bool) (fitResult, error) {
-	aHi, bHi, err := m.split(p, fit, casts[1].n)
-	if err != nil {
-		return fitResult{}, err
+	excess := func(c castCost) func(x, k float64) (float64, error) {
+		return func(x, k float64) (float64, error) {
+			q := p
+			fit.set(&q, x)
+			cost, err := m.cost(q, fit.compression, c.n, k, c.held)
+			return cost - c.perByte, err
+		}
 	}
+	x0 := fit.get(p)
 	if !pair {
-		x, err := fitOne(aHi, bHi, k, casts[1])
+		hi := excess(casts[1])
+		x, err := fitOne(func(x float64) (float64, error) { return hi(x, k) }, x0, casts[1])
 		return fitResult{x, k}, err
 	}
-	aLo, bLo, err := m.split(p, fit, casts[0].n)
-	if err != nil {
-		return fitResult{}, err
-	}
-	x, k, err := fitPair(aLo, bLo, aHi, bHi, casts[0], casts[1])
+	x, k, err := fitPair(excess(casts[0]), excess(casts[1]), x0, casts[0], casts[1])
 	return fitResult{x, k}, err
 }
 
@@ -295,12 +299,12 @@ func newCostModel(ctx context.Context, env *labEnv, spec lab.Spec, img image) *c
 }
 
 // evaluate is the model's result for a chain of n nodes casting the image
-// as compression says, with the lab described by probe.
-func (m *costModel) evaluate(p capacity.Probe, compression string, n int) (capacity.Result, error) {
+// as compression says, with the lab described by probe and contention.
+func (m *costModel) evaluate(p capacity.Probe, compression string, n int, contention float64) (capacity.Result, error) {
 	if m.err != nil {
 		return capacity.Result{}, m.err
 	}
-	data, err := m.env.lab.Topology(m.spec, p, 0)
+	data, err := m.env.lab.Topology(m.spec, p, contention)
 	if err != nil {
 		return capacity.Result{}, err
 	}
@@ -322,21 +326,32 @@ func (m *costModel) evaluate(p capacity.Probe, compression string, n int) (capac
 	return capacity.Evaluate(t.Network, plan, opt)
 }
 
-// coef is the machine CPU coefficient of a chain of n nodes without
-// contention.
-func (m *costModel) coef(p capacity.Probe, compression string, n int) (float64, error) {
-	c, err := m.machineLimit(p, compression, n)
-	return c.Coef, err
+// cost is the model's cost of a chain of n nodes per image byte, in
+// seconds of the machine's cores: of all its cores at the model's rate for
+// a chain held back by the machine, else the machine's CPU coefficient.
+func (m *costModel) cost(p capacity.Probe, compression string, n int, k float64, held bool) (float64, error) {
+	r, err := m.evaluate(p, compression, n, k)
+	if err != nil {
+		return 0, err
+	}
+	c, err := machineLimit(r)
+	if err != nil {
+		return 0, err
+	}
+	if held {
+		return c.Cap / r.Rate, nil
+	}
+	return c.Coef, nil
 }
 
 // limits are the machine's cores and the rate every other limit allows a
 // chain of n nodes.
 func (m *costModel) limits(p capacity.Probe, compression string, n int) (cores, others float64, err error) {
-	c, err := m.machineLimit(p, compression, n)
+	r, err := m.evaluate(p, compression, n, 0)
 	if err != nil {
 		return 0, 0, err
 	}
-	r, err := m.evaluate(p, compression, n)
+	c, err := machineLimit(r)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -349,12 +364,8 @@ func (m *costModel) limits(p capacity.Probe, compression string, n int) (cores, 
 	return c.Cap, others, nil
 }
 
-// machineLimit is the model's machine CPU limit for a chain of n nodes.
-func (m *costModel) machineLimit(p capacity.Probe, compression string, n int) (capacity.Constraint, error) {
-	r, err := m.evaluate(p, compression, n)
-	if err != nil {
-		return capacity.Constraint{}, err
-	}
+// machineLimit is the model's machine CPU limit in a result.
+func machineLimit(r capacity.Result) (capacity.Constraint, error) {
 	for _, c := range r.Constraints {
 		if c.Kind == capacity.MachineCPULimit {
 			return c, nil
@@ -363,63 +374,71 @@ func (m *costModel) machineLimit(p capacity.Probe, compression string, n int) (c
 	return capacity.Constraint{}, errors.New("the model has no machine CPU limit for the lab")
 }
 
-// split returns A(n) and B(n): the coefficient is A + B/x in the fitted
-// figure x, found from the coefficient at two values of x.
-func (m *costModel) split(p capacity.Probe, fit costFit, n int) (a, b float64, err error) {
-	x1 := fit.get(p)
-	x2 := 2 * x1
-	fit.set(&p, x1)
-	c1, err := m.coef(p, fit.compression, n)
+// fitSpan is how far from the probe's figure a fit looks, either way.
+const fitSpan = 64
+
+// fitOne is the figure x at which excess, the model's cost of c's chain
+// less what c measured, is 0. The cost falls as x grows; the search is
+// over x0/fitSpan to x0·fitSpan, halving the ratio between its ends.
+func fitOne(excess func(x float64) (float64, error), x0 float64, c castCost) (float64, error) {
+	lo, hi := x0/fitSpan, x0*fitSpan
+	e, err := excess(hi)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	fit.set(&p, x2)
-	c2, err := m.coef(p, fit.compression, n)
-	if err != nil {
-		return 0, 0, err
+	if e > 0 {
+		return 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, less than the model counts with the figure at %.3g",
+			c.n, c.perByte*1e9, hi)
 	}
-	b = (c1 - c2) / (1/x1 - 1/x2)
-	return c1 - b/x1, b, nil
+	if e, err = excess(lo); err != nil {
+		return 0, err
+	}
+	if e < 0 {
+		return 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, more than the model counts with the figure at %.3g",
+			c.n, c.perByte*1e9, lo)
+	}
+	for hi/lo > 1+1e-6 {
+		mid := math.Sqrt(lo * hi)
+		e, err := excess(mid)
+		if err != nil {
+			return 0, err
+		}
+		if e > 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Sqrt(lo * hi), nil
 }
 
-// fitOne is the figure x at which the model's coefficient for c's chain,
-// (1 + k·n)·(a + b/x), is what c measured.
-func fitOne(a, b, k float64, c castCost) (float64, error) {
-	if b <= 0 {
-		return 0, errors.New("the figure costs nothing in the model's chain")
-	}
-	rest := c.perByte/(1+k*float64(c.n)) - a
-	if rest <= 0 {
-		return 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, no more than the model counts without the figure (%.3g)",
-			c.n, c.perByte*1e9, a*(1+k*float64(c.n))*1e9)
-	}
-	return b / rest, nil
-}
-
-// fitPair is the figure x and the contention k at which the model's
-// coefficients for both chains are what the casts measured. When the
-// model, fitted to the larger chain without contention, already predicts
-// the smaller one's cost or less, there is no contention to fit: k is 0.
-func fitPair(aLo, bLo, aHi, bHi float64, lo, hi castCost) (x, k float64, err error) {
+// fitPair is the figure x and the contention k at which the model's costs
+// of both chains are what the casts measured. When the model, fitted to
+// the larger chain without contention, already counts the smaller one's
+// cost or less, there is no contention to fit: k is 0.
+func fitPair(lo, hi func(x, k float64) (float64, error), x0 float64, loCast, hiCast castCost) (x, k float64, err error) {
 	excess := func(k float64) (float64, float64, error) {
-		x, err := fitOne(aHi, bHi, k, hi)
+		x, err := fitOne(func(x float64) (float64, error) { return hi(x, k) }, x0, hiCast)
 		if err != nil {
 			return 0, 0, err
 		}
-		return (1+k*float64(lo.n))*(aLo+bLo/x) - lo.perByte, x, nil
+		e, err := lo(x, k)
+		return e, x, err
 	}
 	e, x, err := excess(0)
-	if err != nil || e <= 0 || lo.n == hi.n {
+	if err != nil || e <= 0 || loCast.n == hiCast.n {
 		return x, 0, err
 	}
-	// The excess falls as k grows, until the larger chain leaves the
-	// figure nothing to cost: bisect for its root up to the file's bound, 1.
+	// The figure fitted to the larger chain alone makes the smaller one
+	// dearer than it was: contention weighs on the larger chain more, so
+	// as k grows the figure grows and the smaller chain's cost falls.
+	// Bisect for the root up to the file's bound, 1.
 	kLo, kHi := 0.0, 1.0
 	if e, _, err := excess(kHi); err == nil && e > 0 {
-		return 0, 0, fmt.Errorf("the chain of %d nodes costs %.3g CPU-s per GB, too little next to %d nodes' %.3g for any contention up to 1",
-			lo.n, lo.perByte*1e9, hi.n, hi.perByte*1e9)
+		return 0, 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, too little next to %d nodes' %.3g for any contention up to 1",
+			loCast.n, loCast.perByte*1e9, hiCast.n, hiCast.perByte*1e9)
 	}
-	for range 60 {
+	for range 30 {
 		k := (kLo + kHi) / 2
 		e, _, err := excess(k)
 		if err != nil || e < 0 {
@@ -428,7 +447,7 @@ func fitPair(aLo, bLo, aHi, bHi float64, lo, hi castCost) (x, k float64, err err
 			kLo = k
 		}
 	}
-	x, err = fitOne(aHi, bHi, kLo, hi)
+	x, err = fitOne(func(x float64) (float64, error) { return hi(x, kLo) }, x0, hiCast)
 	return x, kLo, err
 }
 
@@ -473,7 +492,7 @@ func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Prob
 	if mid.rate < 0.9*others {
 		used, how = cores, fmt.Sprintf("all %g cores: held back by the machine, links allow %.0f MB/s", cores, others/1e6)
 	}
-	c := castCost{n: n, perByte: used / mid.rate}
+	c := castCost{n: n, perByte: used / mid.rate, held: used == cores}
 	fmt.Printf("labbench: calibration: chain of %d, %s, median %.1f MB/s: %.2f CPU-s per GB (%s)\n",
 		n, compression, mid.rate/1e6, c.perByte*1e9, how)
 	return c, nil

@@ -6,33 +6,50 @@ import (
 	"testing"
 )
 
+// chainCost is a synthetic model of a chain of n nodes: a(n) per image
+// byte besides the figure x, b(n)/x for it, and contention k.
+func chainCost(n int, x, k float64) float64 {
+	a := 0.4e-9 + 0.1e-9*float64(n)
+	b := 1.2 * float64(n)
+	return (1 + k*float64(n)) * (a + b/x)
+}
+
+// excessOf is the fit's view of a cast: the model's cost less what the
+// cast measured.
+func excessOf(cost func(n int, x, k float64) float64, c castCost) func(x, k float64) (float64, error) {
+	return func(x, k float64) (float64, error) { return cost(c.n, x, k) - c.perByte, nil }
+}
+
 // The fit finds the figure and the contention that made two chains cost
-// what they did, from the model's split of each chain's coefficient.
+// what they did.
 func TestFitPair(t *testing.T) {
-	// A chain of n: the model counts a(n) besides the figure and b(n)/x
-	// for it, per image byte.
-	a := func(n int) float64 { return 0.4e-9 + 0.1e-9*float64(n) }
-	b := func(n int) float64 { return 1.2 * float64(n) }
-	cost := func(n int, x, k float64) castCost {
-		return castCost{n: n, perByte: (1 + k*float64(n)) * (a(n) + b(n)/x)}
+	// pieced is a chain that a link holds back on 40% of the image, at a
+	// cost of 3e-9 per byte, whatever the figure: the model's rate over
+	// pieces, as the cost of all the machine's cores.
+	pieced := func(n int, x, k float64) float64 {
+		return 0.4*max(chainCost(n, x, k), 3e-9) + 0.6*chainCost(n, x, k)
 	}
 	tests := []struct {
 		name   string
+		cost   func(n int, x, k float64) float64
 		x, k   float64
 		lo, hi int
 	}{
-		{"no contention", 900e6, 0, 4, 8},
-		{"some", 900e6, 0.04, 4, 8},
-		{"much", 1500e6, 0.3, 12, 24},
+		{"no contention", chainCost, 900e6, 0, 4, 8},
+		{"some", chainCost, 900e6, 0.04, 4, 8},
+		{"much", chainCost, 1500e6, 0.3, 12, 24},
+		{"pieces, held back by a link in part", pieced, 900e6, 0.04, 4, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lo, hi := cost(tt.lo, tt.x, tt.k), cost(tt.hi, tt.x, tt.k)
-			x, k, err := fitPair(a(tt.lo), b(tt.lo), a(tt.hi), b(tt.hi), lo, hi)
+			lo := castCost{n: tt.lo, perByte: tt.cost(tt.lo, tt.x, tt.k)}
+			hi := castCost{n: tt.hi, perByte: tt.cost(tt.hi, tt.x, tt.k)}
+			// Start the search from a figure well off, as a probe is.
+			x, k, err := fitPair(excessOf(tt.cost, lo), excessOf(tt.cost, hi), tt.x/3, lo, hi)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(x-tt.x)/tt.x > 1e-6 || math.Abs(k-tt.k) > 1e-6 {
+			if math.Abs(x-tt.x)/tt.x > 1e-5 || math.Abs(k-tt.k) > 1e-5 {
 				t.Fatalf("fitted x %.6g, k %.6g; want %.6g, %.6g", x, k, tt.x, tt.k)
 			}
 		})
@@ -40,20 +57,26 @@ func TestFitPair(t *testing.T) {
 }
 
 // A smaller chain that costs more than the larger one's figure predicts
-// needs no contention; one that costs too little for any is an error.
+// needs no contention; one that costs too little for any is an error, and
+// so is a chain outside what any figure in reach can explain.
 func TestFitPairBounds(t *testing.T) {
-	a, b := 0.0, 1.0
+	linear := func(n int, x, k float64) float64 { return (1 + k*float64(n)) * float64(n) / x }
 	lo := castCost{n: 4, perByte: 5e-9}
 	hi := castCost{n: 8, perByte: 8e-9} // 1e-9 a node: the chain of 4 costs more
-	x, k, err := fitPair(a, 4*b, a, 8*b, lo, hi)
-	if err != nil || k != 0 || math.Abs(x-1e9) > 1 {
+	x, k, err := fitPair(excessOf(linear, lo), excessOf(linear, hi), 2e9, lo, hi)
+	if err != nil || k != 0 || math.Abs(x-1e9) > 1e3 {
 		t.Fatalf("x %v, k %v, err %v; want 1e9, 0, nil", x, k, err)
 	}
 	lo.perByte = 0.1e-9
-	if _, _, err := fitPair(a, 4*b, a, 8*b, lo, hi); err == nil || !strings.Contains(err.Error(), "too little") {
+	if _, _, err := fitPair(excessOf(linear, lo), excessOf(linear, hi), 1e9, lo, hi); err == nil || !strings.Contains(err.Error(), "too little") {
 		t.Fatalf("error %v, want the chain of 4 found too cheap", err)
 	}
-	if _, err := fitOne(9e-9, 1, 0, hi); err == nil || !strings.Contains(err.Error(), "no more than the model counts") {
+	withRest := func(n int, x, k float64) float64 { return 9e-9 + float64(n)/x }
+	if _, err := fitOne(func(x float64) (float64, error) { return excessOf(withRest, hi)(x, 0) }, 1e9, hi); err == nil || !strings.Contains(err.Error(), "less than the model counts") {
 		t.Fatalf("error %v, want a cast cheaper than the model's rest refused", err)
+	}
+	dear := castCost{n: 8, perByte: 1e-3}
+	if _, err := fitOne(func(x float64) (float64, error) { return excessOf(linear, dear)(x, 0) }, 1e9, dear); err == nil || !strings.Contains(err.Error(), "more than the model counts") {
+		t.Fatalf("error %v, want a cast dearer than any figure in reach refused", err)
 	}
 }
