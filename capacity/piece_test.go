@@ -22,15 +22,6 @@ func pieceNet(nodes int) Network {
 	return net
 }
 
-func evaluatePieces(t *testing.T, net Network, tree Tree, comp Compression, opt Options) Result {
-	t.Helper()
-	r, err := Evaluate(net, Plan{Tree: tree, Hosts: hostNames(net)[:len(tree.Parent)], Compression: comp}, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // averages are the image-wide figures of pieces: their zero share,
 // compression factor (raw over compressed bytes) and the decoding weights
 // scaled to average 1, as a profile gives them.
@@ -56,12 +47,12 @@ func TestPiecesTakeTheirTimeInTurn(t *testing.T) {
 	zero, factor := averages(pieces)
 	comp := Compression{Codec: "zstd", Factor: factor}
 
-	whole := evaluatePieces(t, net, Star(4), comp, Options{ZeroFraction: zero})
-	split := evaluatePieces(t, net, Star(4), comp, Options{ZeroFraction: zero, Pieces: pieces})
+	whole := evaluateWith(t, net, Star(4), comp, Options{ZeroFraction: zero})
+	split := evaluateWith(t, net, Star(4), comp, Options{ZeroFraction: zero, Pieces: pieces})
 
 	// Each piece alone, as a uniform image of its make-up.
 	alone := func(p Piece) float64 {
-		return evaluatePieces(t, net, Star(4), Compression{Codec: "zstd", Factor: p.Factor}, Options{ZeroFraction: min(p.ZeroFraction, 0.999999)}).Rate
+		return evaluateWith(t, net, Star(4), Compression{Codec: "zstd", Factor: p.Factor}, Options{ZeroFraction: min(p.ZeroFraction, 0.999999)}).Rate
 	}
 	rData, rZeros := alone(data), alone(zeros)
 	want := 1 / (data.Share/rData + zeros.Share/rZeros)
@@ -99,9 +90,9 @@ func TestPiecesNeverFasterThanTheirAverage(t *testing.T) {
 		tree := []Tree{Chain(nodes), Star(nodes), NaryTree(nodes, 2)}[rng.IntN(3)]
 		for _, comp := range []Compression{{}, {Codec: "zstd", Factor: factor}} {
 			opt := Options{ZeroFraction: zero}
-			whole := evaluatePieces(t, pieceNet(nodes), tree, comp, opt)
+			whole := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
 			opt.Pieces = pieces
-			split := evaluatePieces(t, pieceNet(nodes), tree, comp, opt)
+			split := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
 			if split.Rate > whole.Rate*(1+1e-9) {
 				t.Fatalf("trial %d, %s %s: pieces give %.6g, above their average's %.6g", trial, tree.Name(), comp.Name(), split.Rate, whole.Rate)
 			}
@@ -111,7 +102,7 @@ func TestPiecesNeverFasterThanTheirAverage(t *testing.T) {
 				same[i] = Piece{Share: pieces[i].Share, ZeroFraction: zero, Factor: factor, Decode: 1}
 			}
 			opt.Pieces = same
-			if got := evaluatePieces(t, pieceNet(nodes), tree, comp, opt).Rate; math.Abs(got-whole.Rate) > 1e-9*whole.Rate {
+			if got := evaluateWith(t, pieceNet(nodes), tree, comp, opt).Rate; math.Abs(got-whole.Rate) > 1e-9*whole.Rate {
 				t.Fatalf("trial %d: like pieces give %.9g, want the average's %.9g", trial, got, whole.Rate)
 			}
 		}
