@@ -171,15 +171,15 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		return nil, err
 	}
 	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
+	reps := 3 // casts on a shared machine vary by ±10%: the median of three
+	if o.quick {
+		reps = 1
+	}
 	if len(l.Nodes) >= 2 {
 		// Half the lab and all of it: the costs of the larger casts, where
 		// the machine's CPU limits the rate.
 		img, hi := images[g.runs[0].image], len(l.Nodes)
 		lo := max(1, hi/2)
-		reps := 3 // casts on a shared machine vary by ±10%: the median of three
-		if o.quick {
-			reps = 1
-		}
 		fits := []costFit{relayFit}
 		if slices.ContainsFunc(g.runs, func(r runSpec) bool { return r.method == "dolly" && r.compression == "zstd" }) {
 			fits = append(fits, decodeFit)
@@ -208,7 +208,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		if err := ctx.Err(); err != nil {
 			return results, err
 		}
-		res := env.run(ctx, r, images[r.image])
+		res := env.runMedian(ctx, r, images[r.image], reps)
 		// Let the run's writeback finish before the next one starts.
 		syscall.Sync()
 		results = append(results, res)

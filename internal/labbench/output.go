@@ -105,7 +105,10 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 		title = "quick subset"
 	}
 	fmt.Fprintf(&b, "# dolly lab benchmark (%s)\n\n", title)
-	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. Took %s.\n\n", cores(), took.Round(time.Second))
+	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. *Stolen cores* is what the hypervisor took from the machine over the run. Took %s.\n\n", cores(), took.Round(time.Second))
+	if !quick {
+		fmt.Fprintf(&b, "A dolly run shorter than %v is cast three times and the median kept: *casts* lists the rate of each.\n\n", repeatUnder)
+	}
 	headline := filterResults(results, func(r result) bool { return r.headline })
 	if len(headline) > 0 {
 		nodes := slices.MaxFunc(headline, func(a, b result) int { return a.nodes - b.nodes }).nodes
@@ -126,14 +129,15 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			continue
 		}
 		fmt.Fprintf(&b, "## %v Mbit/s links (%s image)\n\n", mbit, imageLabel(rows[0].image))
-		b.WriteString("| method | nodes | time | measured MB/s | predicted MB/s | error | b MB/s | bottleneck |\n|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| method | nodes | time | measured MB/s | predicted MB/s | error | b MB/s | bottleneck | casts MB/s | stolen cores |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			pred, errPct, rate := "", "", ""
 			if r.predicted > 0 && r.err == "" {
 				pred, errPct, rate = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent()), fmt.Sprintf("%.2f", r.rate)
 			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", series(r.runSpec), r.nodes,
-				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck)
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", series(r.runSpec), r.nodes,
+				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck,
+				castsList(r.casts), r.steal)
 		}
 		b.WriteString("\n")
 	}
