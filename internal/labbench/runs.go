@@ -387,8 +387,16 @@ func (e *labEnv) runMedian(ctx context.Context, r runSpec, img image, reps int) 
 		}
 		all = append(all, next)
 	}
-	slices.SortFunc(all, func(a, b result) int { return cmp.Compare(a.measured, b.measured) })
-	med := all[len(all)/2]
+	return medianCast(all)
+}
+
+// medianCast is the cast of median rate (the slower of the middle two of
+// an even number), with the rate of every cast in the order cast.
+func medianCast(all []result) result {
+	sorted := slices.Clone(all)
+	slices.SortStableFunc(sorted, func(a, b result) int { return cmp.Compare(a.measured, b.measured) })
+	med := sorted[(len(sorted)-1)/2]
+	med.casts = nil
 	for _, c := range all {
 		med.casts = append(med.casts, c.measured)
 	}
