@@ -17,7 +17,7 @@ func TestMedianCast(t *testing.T) {
 		{"three in order", []result{cast(19, 13), cast(20, 12), cast(21, 11)}, 20, 12},
 		{"three shuffled", []result{cast(21, 11), cast(19, 13), cast(20, 12)}, 20, 12},
 		{"two: the slower", []result{cast(22, 10), cast(18, 14)}, 18, 14},
-		{"ties", []result{cast(20, 12), cast(20, 12.5), cast(25, 9)}, 20, 12},
+		{"ties keep their order", []result{cast(20, 12), cast(20, 12.5), cast(25, 9)}, 20, 12.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
