@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -13,7 +12,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"time"
 
@@ -486,8 +484,7 @@ func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Prob
 		casts = append(casts, c)
 		fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy\n", n, compression, c.rate/1e6, busy)
 	}
-	slices.SortFunc(casts, func(a, b cast) int { return cmp.Compare(a.rate, b.rate) })
-	mid := casts[len(casts)/2]
+	mid := medianBy(casts, func(c cast) float64 { return c.rate })
 	used, how := mid.busy, "busy cores"
 	if mid.rate < 0.9*others {
 		used, how = cores, fmt.Sprintf("all %g cores: held back by the machine, links allow %.0f MB/s", cores, others/1e6)

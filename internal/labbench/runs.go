@@ -390,17 +390,23 @@ func (e *labEnv) runMedian(ctx context.Context, r runSpec, img image, reps int) 
 	return medianCast(all)
 }
 
-// medianCast is the cast of median rate (the slower of the middle two of
-// an even number), with the rate of every cast in the order cast.
+// medianCast is the cast of median rate, with the rate of every cast in
+// the order cast.
 func medianCast(all []result) result {
-	sorted := slices.Clone(all)
-	slices.SortStableFunc(sorted, func(a, b result) int { return cmp.Compare(a.measured, b.measured) })
-	med := sorted[(len(sorted)-1)/2]
+	med := medianBy(all, func(r result) float64 { return r.measured })
 	med.casts = nil
 	for _, c := range all {
 		med.casts = append(med.casts, c.measured)
 	}
 	return med
+}
+
+// medianBy is the element of median key: the lower of the middle two of
+// an even number, and of equal keys the one earlier in xs.
+func medianBy[T any](xs []T, key func(T) float64) T {
+	sorted := slices.Clone(xs)
+	slices.SortStableFunc(sorted, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+	return sorted[(len(sorted)-1)/2]
 }
 
 func castsList(rates []float64) string {
