@@ -107,7 +107,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	fmt.Fprintf(&b, "# dolly lab benchmark (%s)\n\n", title)
 	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. *Stolen cores* is what the hypervisor took from the machine over the run. Took %s.\n\n", cores(), took.Round(time.Second))
 	if !quick {
-		fmt.Fprintf(&b, "A dolly run shorter than %v is cast three times and the median kept: *casts* lists the rate of each.\n\n", repeatUnder)
+		fmt.Fprintf(&b, "A dolly run shorter than %v is cast up to three times (five under %v), until two casts agree within %.0f%%, and the medians kept: *casts* lists the measured and predicted rate of each (the server times the image's decoding for each prediction, on the same shared machine).\n\n", repeatUnder, repeatMoreUnder, castsAgree*100)
 	}
 	headline := filterResults(results, func(r result) bool { return r.headline })
 	if len(headline) > 0 {
@@ -129,7 +129,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			continue
 		}
 		fmt.Fprintf(&b, "## %v Mbit/s links (%s image)\n\n", mbit, imageLabel(rows[0].image))
-		b.WriteString("| method | nodes | time | measured MB/s | predicted MB/s | error | b MB/s | bottleneck | casts MB/s | stolen cores |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| method | nodes | time | measured MB/s | predicted MB/s | error | b MB/s | bottleneck | casts MB/s (predicted) | stolen cores |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			pred, errPct, rate := "", "", ""
 			if r.predicted > 0 && r.err == "" {
@@ -137,7 +137,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			}
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", series(r.runSpec), r.nodes,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck,
-				castsList(r.casts), r.steal)
+				castsCell(r), r.steal)
 		}
 		b.WriteString("\n")
 	}
@@ -292,4 +292,20 @@ func plotPrediction(path string, results []result) error {
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	return p.Save(6*vg.Inch, 6*vg.Inch, path)
+}
+
+// castsCell lists each cast's measured rate and, in brackets, its
+// prediction.
+func castsCell(r result) string {
+	var b strings.Builder
+	for i, m := range r.casts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.2f", m)
+		if i < len(r.castsPredicted) && r.castsPredicted[i] > 0 {
+			fmt.Fprintf(&b, " (%.2f)", r.castsPredicted[i])
+		}
+	}
+	return b.String()
 }

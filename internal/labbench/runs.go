@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,19 +27,20 @@ import (
 // result is one measurement.
 type result struct {
 	runSpec
-	predicted  float64   // MB/s: image bytes over the preview's ETA (dolly only)
-	rate       float64   // MB/s: the preview's steady rate b
-	measured   float64   // MB/s of image at the slowest node
-	seconds    float64   // the slowest node's time
-	perNode    []float64 // MB/s of each node
-	bottleneck string
-	busy       float64   // the machine's busy cores while casting (dolly) or over the run, of cores
-	steal      float64   // cores the hypervisor took from the machine over the run
-	casts      []float64 // MB/s of each cast when the run is the median of several
-	serverCPU  float64   // CPU seconds of dolly-server, start-up included
-	nodesCPU   float64   // CPU seconds of every dolly node together
-	cores      int
-	err        string
+	predicted      float64   // MB/s: image bytes over the preview's ETA (dolly only)
+	rate           float64   // MB/s: the preview's steady rate b
+	measured       float64   // MB/s of image at the slowest node
+	seconds        float64   // the slowest node's time
+	perNode        []float64 // MB/s of each node
+	bottleneck     string
+	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
+	steal          float64   // cores the hypervisor took from the machine over the run
+	casts          []float64 // MB/s of each cast when the run is the median of several
+	castsPredicted []float64 // and each cast's prediction
+	serverCPU      float64   // CPU seconds of dolly-server, start-up included
+	nodesCPU       float64   // CPU seconds of every dolly node together
+	cores          int
+	err            string
 }
 
 func (r result) line() string {
@@ -51,6 +53,9 @@ func (r result) line() string {
 	}
 	if len(r.casts) > 1 {
 		s += fmt.Sprintf("; median of %s", castsList(r.casts))
+		if r.predicted > 0 {
+			s += fmt.Sprintf(", predicted %s", castsList(r.castsPredicted))
+		}
 	}
 	if r.nodesCPU > 0 {
 		s += fmt.Sprintf("; CPU-s server %.1f, nodes %.1f", r.serverCPU, r.nodesCPU)
@@ -369,34 +374,73 @@ func (e *labEnv) waitListening(ctx context.Context, h *lab.Host, port string) er
 // and the median kept: the machine's spare CPU changes from minute to
 // minute (other guests of its host take some of it), and a short cast that
 // keeps the cores busy feels that by ±10%. Longer casts average it out.
-const repeatUnder = 40 * time.Second
+// Casts shorter than repeatMoreUnder (a gigabit cast of 1 GiB takes 2-5
+// s) swing the most: they get two casts more. Casting stops early once a
+// cast agrees with an earlier one within castsAgree, as casts held back
+// by a link do.
+const (
+	repeatUnder     = 40 * time.Second
+	repeatMoreUnder = 10 * time.Second
+	castsAgree      = 0.02
+)
 
-// runMedian runs r, and again up to reps casts in all when it is a short
-// dolly cast, and returns the cast of median rate with every cast's rate.
+// castsFor is how many casts a run whose first cast took seconds gets at
+// most, when runs get reps.
+func castsFor(seconds float64, reps int) int {
+	switch {
+	case reps < 2 || seconds >= repeatUnder.Seconds():
+		return 1
+	case seconds < repeatMoreUnder.Seconds():
+		return reps + 2
+	}
+	return reps
+}
+
+// settled says the last cast agrees with an earlier one.
+func settled(all []result) bool {
+	last := all[len(all)-1].measured
+	for _, c := range all[:len(all)-1] {
+		if math.Abs(c.measured-last) <= castsAgree*max(c.measured, last) {
+			return true
+		}
+	}
+	return false
+}
+
+// runMedian runs r, and again when it is a short dolly cast (castsFor)
+// until two casts agree, and returns the cast of median rate with every
+// cast's rate and prediction.
 func (e *labEnv) runMedian(ctx context.Context, r runSpec, img image, reps int) result {
 	res := e.run(ctx, r, img)
-	if r.method != "dolly" || reps < 2 || res.err != "" || res.seconds >= repeatUnder.Seconds() {
+	if r.method != "dolly" || res.err != "" {
 		return res
 	}
 	all := []result{res}
-	for len(all) < reps && ctx.Err() == nil {
+	for n := castsFor(res.seconds, reps); len(all) < n && ctx.Err() == nil; {
 		syscall.Sync()
 		next := e.run(ctx, r, img)
 		if next.err != "" {
 			return next // a failed cast is the news, not the median
 		}
 		all = append(all, next)
+		if settled(all) {
+			break
+		}
 	}
 	return medianCast(all)
 }
 
-// medianCast is the cast of median rate, with the rate of every cast in
-// the order cast.
+// medianCast is the cast of median rate, with the rate and prediction of
+// every cast in the order cast. Its prediction is the median of theirs:
+// the server times the image's decoding for each cast, on the same shared
+// machine, so its predictions vary from cast to cast too.
 func medianCast(all []result) result {
 	med := medianBy(all, func(r result) float64 { return r.measured })
-	med.casts = nil
+	med.predicted = medianBy(all, func(r result) float64 { return r.predicted }).predicted
+	med.rate = medianBy(all, func(r result) float64 { return r.rate }).rate
+	med.casts, med.castsPredicted = nil, nil
 	for _, c := range all {
-		med.casts = append(med.casts, c.measured)
+		med.casts, med.castsPredicted = append(med.casts, c.measured), append(med.castsPredicted, c.predicted)
 	}
 	return med
 }

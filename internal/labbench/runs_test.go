@@ -6,31 +6,87 @@ import (
 )
 
 func TestMedianCast(t *testing.T) {
-	cast := func(mbps, seconds float64) result { return result{measured: mbps, seconds: seconds} }
+	cast := func(mbps, seconds, predicted float64) result {
+		return result{measured: mbps, seconds: seconds, predicted: predicted}
+	}
 	tests := []struct {
-		name        string
-		casts       []result
-		wantMBps    float64
-		wantSeconds float64
+		name          string
+		casts         []result
+		wantMBps      float64
+		wantSeconds   float64
+		wantPredicted float64
 	}{
-		{"one", []result{cast(20, 12)}, 20, 12},
-		{"three in order", []result{cast(19, 13), cast(20, 12), cast(21, 11)}, 20, 12},
-		{"three shuffled", []result{cast(21, 11), cast(19, 13), cast(20, 12)}, 20, 12},
-		{"two: the slower", []result{cast(22, 10), cast(18, 14)}, 18, 14},
-		{"ties keep their order", []result{cast(20, 12), cast(20, 12.5), cast(25, 9)}, 20, 12.5},
+		{"one", []result{cast(20, 12, 21)}, 20, 12, 21},
+		{"three in order", []result{cast(19, 13, 20), cast(20, 12, 20), cast(21, 11, 20)}, 20, 12, 20},
+		{"three shuffled", []result{cast(21, 11, 20), cast(19, 13, 20), cast(20, 12, 20)}, 20, 12, 20},
+		{"two: the slower", []result{cast(22, 10, 20), cast(18, 14, 20)}, 18, 14, 20},
+		{"ties keep their order", []result{cast(20, 12, 20), cast(20, 12.5, 20), cast(25, 9, 20)}, 20, 12.5, 20},
+		// The median cast's own prediction (17) is the outlier: the
+		// predictions' median is not.
+		{"predictions' own median", []result{cast(20, 12, 17), cast(19, 13, 21), cast(21, 11, 20)}, 20, 12, 20},
+		{"no prediction (a peer)", []result{cast(20, 12, 0)}, 20, 12, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := medianCast(tt.casts)
-			if got.measured != tt.wantMBps || got.seconds != tt.wantSeconds {
-				t.Errorf("median = %.1f MB/s in %.1fs, want %.1f in %.1fs", got.measured, got.seconds, tt.wantMBps, tt.wantSeconds)
+			if got.measured != tt.wantMBps || got.seconds != tt.wantSeconds || got.predicted != tt.wantPredicted {
+				t.Errorf("median = %.1f MB/s in %.1fs predicted %.1f, want %.1f in %.1fs predicted %.1f",
+					got.measured, got.seconds, got.predicted, tt.wantMBps, tt.wantSeconds, tt.wantPredicted)
 			}
-			var want []float64
+			var want, wantPred []float64
 			for _, c := range tt.casts {
-				want = append(want, c.measured)
+				want, wantPred = append(want, c.measured), append(wantPred, c.predicted)
 			}
-			if !slices.Equal(got.casts, want) {
-				t.Errorf("casts = %v, want every cast's rate in order %v", got.casts, want)
+			if !slices.Equal(got.casts, want) || !slices.Equal(got.castsPredicted, wantPred) {
+				t.Errorf("casts = %v predicted %v, want every cast's in order: %v, %v", got.casts, got.castsPredicted, want, wantPred)
+			}
+		})
+	}
+}
+
+func TestCastsFor(t *testing.T) {
+	tests := []struct {
+		seconds float64
+		reps    int
+		want    int
+	}{
+		{2.3, 3, 5},  // a gigabit cast: the most
+		{11.6, 3, 3}, // a short one
+		{45.4, 3, 1}, // long enough alone
+		{2.3, 1, 1},  // the quick bench casts once
+		{39.9, 3, 3},
+		{10, 3, 3},
+	}
+	for _, tt := range tests {
+		if got := castsFor(tt.seconds, tt.reps); got != tt.want {
+			t.Errorf("castsFor(%v s, %d) = %d, want %d", tt.seconds, tt.reps, got, tt.want)
+		}
+	}
+}
+
+func TestSettled(t *testing.T) {
+	rates := func(mbps ...float64) []result {
+		var rs []result
+		for _, m := range mbps {
+			rs = append(rs, result{measured: m})
+		}
+		return rs
+	}
+	tests := []struct {
+		name  string
+		casts []result
+		want  bool
+	}{
+		{"one cast", rates(23.2), false},
+		{"two that agree", rates(23.2, 23.5), true},
+		{"two that differ", rates(272.8, 287.0), false},
+		{"the last agrees with the first", rates(190, 152, 192), true},
+		{"only earlier ones agree", rates(190, 191, 152), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := settled(tt.casts); got != tt.want {
+				t.Errorf("settled(%v) = %v, want %v", tt.casts, got, tt.want)
 			}
 		})
 	}
