@@ -158,6 +158,11 @@ type costFit struct {
 	what        string // for messages
 	get         func(capacity.Probe) float64
 	set         func(*capacity.Probe, float64)
+	// quiet says the figure stays the probe's, timed on a quiet machine,
+	// as long as the contention can account for what the casts cost: it
+	// also sets a limit of one thread, which sharing cores does not
+	// change. The casts then fit the contention alone.
+	quiet bool
 }
 
 var (
@@ -168,9 +173,12 @@ var (
 	relayFit = costFit{compression: "none", what: "stream end",
 		get: func(p capacity.Probe) float64 { return p.NetStreamBytesPerSec },
 		set: func(p *capacity.Probe, v float64) { p.NetStreamBytesPerSec = v }}
-	// The decoder's cost per raw byte while every node decodes at once:
-	// the probe times one decoder on a quiet machine.
-	decodeFit = costFit{compression: "zstd", what: "zstd decoder",
+	// The decoder's cost per raw byte. The probe times one decoder on a
+	// quiet machine, which is what a lone node's decoding thread runs at
+	// (a figure fitted to every node decoding at once on two cores held
+	// the lone one to 80% of its speed); what decoding on shared cores
+	// costs more is the machine's contention.
+	decodeFit = costFit{compression: "zstd", what: "zstd decoder", quiet: true,
 		get: func(p capacity.Probe) float64 { return p.DecompressBytesPerSec["zstd"] },
 		set: func(p *capacity.Probe, v float64) {
 			p.DecompressBytesPerSec = maps.Clone(p.DecompressBytesPerSec)
@@ -198,10 +206,12 @@ type castCost struct {
 // For an n-node chain the model's cost per image byte depends on the
 // fitted figure x and the contention k (each host of m on the machine costs
 // 1 + k·(m−1) times its own). It falls as x grows: the fits search x, and
-// the pair searches k, for the cost each chain measured. The last fit's two
-// casts give its x and k together; the other fits take k and give their x
-// from their chain of hi nodes. The figures depend on one another, so the
-// fits go round a few times; they settle within three.
+// the pair searches k, for the cost each chain measured. The last fit's
+// casts give the contention: with its x when it is quiet (its chain of hi
+// nodes), else its x and k together (its chains of lo and hi nodes). The
+// other fits take k and give their x from their chain of hi nodes. The
+// figures depend on one another, so the fits go round a few times; they
+// settle within three.
 //
 // Hosts that share two cores slow each other more than in proportion to
 // their number: a chain of 8 may cost this machine more than twice a chain
@@ -216,7 +226,7 @@ func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Pr
 	m := newCostModel(ctx, env, spec, img)
 	measured := make([][2]castCost, len(fits))
 	for i, fit := range fits {
-		if i == len(fits)-1 { // only the pair fits the contention
+		if i == len(fits)-1 && !fit.quiet { // only the pair fits x and k together
 			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, lo, reps)
 			if err != nil {
 				return probe, 0, err
@@ -263,6 +273,16 @@ func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]c
 		}
 	}
 	x0 := fit.get(p)
+	if pair && fit.quiet {
+		hi := excess(casts[1])
+		k, err := fitContention(func(k float64) (float64, error) { return hi(x0, k) }, casts[1])
+		if !errors.Is(err, errNoContention) {
+			return fitResult{x0, k}, err
+		}
+		// Slower than the quiet figure even alone: fit the figure.
+		x, err := fitOne(func(x float64) (float64, error) { return hi(x, 0) }, x0, casts[1])
+		return fitResult{x, 0}, err
+	}
 	if !pair {
 		hi := excess(casts[1])
 		x, err := fitOne(func(x float64) (float64, error) { return hi(x, k) }, x0, casts[1])
@@ -447,6 +467,44 @@ func fitPair(lo, hi func(x, k float64) (float64, error), x0 float64, loCast, hiC
 	}
 	x, err = fitOne(func(x float64) (float64, error) { return hi(x, kLo) }, x0, hiCast)
 	return x, kLo, err
+}
+
+// errNoContention says a cast cost no more than the model counts without
+// contention.
+var errNoContention = errors.New("no contention")
+
+// fitContention is the contention k at which excess, the model's cost of
+// c's chain less what c measured, is 0. The cost grows with k; k is sought
+// up to the file's bound, 1.
+func fitContention(excess func(k float64) (float64, error), c castCost) (float64, error) {
+	e, err := excess(0)
+	if err != nil {
+		return 0, err
+	}
+	if e >= 0 {
+		return 0, errNoContention
+	}
+	if e, err = excess(1); err != nil {
+		return 0, err
+	}
+	if e < 0 {
+		return 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, more than the model counts with any contention up to 1",
+			c.n, c.perByte*1e9)
+	}
+	lo, hi := 0.0, 1.0
+	for range 40 {
+		mid := (lo + hi) / 2
+		e, err := excess(mid)
+		if err != nil {
+			return 0, err
+		}
+		if e < 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2, nil
 }
 
 // measureCost casts img along a chain of n nodes reps times and returns

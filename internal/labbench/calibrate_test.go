@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -78,5 +79,27 @@ func TestFitPairBounds(t *testing.T) {
 	dear := castCost{n: 8, perByte: 1e-3}
 	if _, err := fitOne(func(x float64) (float64, error) { return excessOf(linear, dear)(x, 0) }, 1e9, dear); err == nil || !strings.Contains(err.Error(), "more than the model counts") {
 		t.Fatalf("error %v, want a cast dearer than any figure in reach refused", err)
+	}
+}
+
+// With the figure kept, a chain's cost gives the contention; a chain no
+// dearer than the model without contention gives none, and one dearer than
+// any contention up to 1 explains is an error.
+func TestFitContention(t *testing.T) {
+	const x = 900e6
+	for _, k := range []float64{0.001, 0.013, 0.3} {
+		c := castCost{n: 24, perByte: chainCost(24, x, k)}
+		got, err := fitContention(func(k float64) (float64, error) { return excessOf(chainCost, c)(x, k) }, c)
+		if err != nil || math.Abs(got-k) > 1e-6 {
+			t.Errorf("contention %v: fitted %v, %v", k, got, err)
+		}
+	}
+	cheap := castCost{n: 24, perByte: chainCost(24, x, 0) * 0.9}
+	if _, err := fitContention(func(k float64) (float64, error) { return excessOf(chainCost, cheap)(x, k) }, cheap); !errors.Is(err, errNoContention) {
+		t.Errorf("a chain cheaper than the model without contention: error %v, want errNoContention", err)
+	}
+	dear := castCost{n: 24, perByte: chainCost(24, x, 1) * 1.5}
+	if _, err := fitContention(func(k float64) (float64, error) { return excessOf(chainCost, dear)(x, k) }, dear); err == nil || !strings.Contains(err.Error(), "any contention up to 1") {
+		t.Errorf("a chain dearer than any contention explains: error %v", err)
 	}
 }

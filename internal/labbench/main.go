@@ -190,9 +190,13 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 			// the quiet machine's figure for what could not be fitted.
 			fmt.Printf("labbench: warning: calibration by casts: %v\n", err)
 		}
+		casts := fmt.Sprintf("%d to %d nodes", lo, hi)
+		if fits[len(fits)-1].quiet {
+			casts = fmt.Sprintf("%d nodes", hi)
+		}
 		for _, fit := range fits {
-			fmt.Printf("labbench: casts of %d to %d nodes of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
-				lo, hi, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
+			fmt.Printf("labbench: casts of %s of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
+				casts, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
 		}
 		fmt.Printf("labbench: contention: each host costs %.1f%% more per byte for every other host of the cast\n", contention*100)
 		probe = fitted
