@@ -396,11 +396,13 @@ func castsFor(seconds float64, reps int) int {
 	return reps
 }
 
-// settled says the last cast agrees with an earlier one.
+// settled says the last cast agrees with an earlier one, in its rate and
+// in its prediction (the server measures the image for each).
 func settled(all []result) bool {
-	last := all[len(all)-1].measured
+	agree := func(a, b float64) bool { return math.Abs(a-b) <= castsAgree*max(a, b) }
+	last := all[len(all)-1]
 	for _, c := range all[:len(all)-1] {
-		if math.Abs(c.measured-last) <= castsAgree*max(c.measured, last) {
+		if agree(c.measured, last.measured) && agree(c.predicted, last.predicted) {
 			return true
 		}
 	}
@@ -408,7 +410,7 @@ func settled(all []result) bool {
 }
 
 // runMedian runs r, and again when it is a short dolly cast (castsFor)
-// until two casts agree, and returns the cast of median rate with every
+// until two casts agree in rate and prediction, and returns the cast of median rate with every
 // cast's rate and prediction.
 func (e *labEnv) runMedian(ctx context.Context, r runSpec, img image, reps int) result {
 	res := e.run(ctx, r, img)

@@ -72,6 +72,12 @@ func TestSettled(t *testing.T) {
 		}
 		return rs
 	}
+	predicted := func(rs []result, mbps ...float64) []result {
+		for i := range rs {
+			rs[i].predicted = mbps[i]
+		}
+		return rs
+	}
 	tests := []struct {
 		name  string
 		casts []result
@@ -82,6 +88,8 @@ func TestSettled(t *testing.T) {
 		{"two that differ", rates(272.8, 287.0), false},
 		{"the last agrees with the first", rates(190, 152, 192), true},
 		{"only earlier ones agree", rates(190, 191, 152), false},
+		{"rates agree, predictions do not", predicted(rates(48.15, 47.55), 39.85, 46.70), false},
+		{"both agree", predicted(rates(48.15, 47.55), 46.9, 46.70), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
