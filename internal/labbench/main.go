@@ -171,13 +171,14 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		return nil, err
 	}
 	env := &labEnv{lab: l, opts: o, topology: topoFile, disks: disks}
-	reps := 3 // casts on a shared machine vary by ±10%: the median of three
+	reps := 3 // casts on a shared machine vary by ±10%: see castsFor
 	if o.quick {
 		reps = 1
 	}
 	if len(l.Nodes) >= 2 {
-		// Half the lab and all of it: the costs of the larger casts, where
-		// the machine's CPU limits the rate.
+		// All of the lab (and half of it for the pair fit of raw-only
+		// runs): the costs of the larger casts, where the machine's CPU
+		// limits the rate.
 		img, hi := images[g.runs[0].image], len(l.Nodes)
 		lo := max(1, hi/2)
 		fits := []costFit{relayFit}

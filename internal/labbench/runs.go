@@ -52,10 +52,7 @@ func (r result) line() string {
 		s += fmt.Sprintf(", %.1f stolen", r.steal)
 	}
 	if len(r.casts) > 1 {
-		s += fmt.Sprintf("; median of %s", castsList(r.casts))
-		if r.predicted > 0 {
-			s += fmt.Sprintf(", predicted %s", castsList(r.castsPredicted))
-		}
+		s += "; median of " + castsCell(r)
 	}
 	if r.nodesCPU > 0 {
 		s += fmt.Sprintf("; CPU-s server %.1f, nodes %.1f", r.serverCPU, r.nodesCPU)
@@ -453,17 +450,6 @@ func medianBy[T any](xs []T, key func(T) float64) T {
 	sorted := slices.Clone(xs)
 	slices.SortStableFunc(sorted, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
 	return sorted[(len(sorted)-1)/2]
-}
-
-func castsList(rates []float64) string {
-	var b strings.Builder
-	for i, r := range rates {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%.2f", r)
-	}
-	return b.String()
 }
 
 // stolenCPU is the time the hypervisor ran others on the machine's CPUs

@@ -99,3 +99,19 @@ func TestSettled(t *testing.T) {
 		})
 	}
 }
+
+func TestCastsCell(t *testing.T) {
+	tests := []struct {
+		r    result
+		want string
+	}{
+		{result{casts: []float64{23.63, 23.684}, castsPredicted: []float64{23.15, 23.149}}, "23.63 (23.15), 23.68 (23.15)"},
+		{result{casts: []float64{10.27}, castsPredicted: []float64{0}}, "10.27"}, // a peer: no prediction
+		{result{}, ""},
+	}
+	for _, tt := range tests {
+		if got := castsCell(tt.r); got != tt.want {
+			t.Errorf("castsCell(%v, %v) = %q, want %q", tt.r.casts, tt.r.castsPredicted, got, tt.want)
+		}
+	}
+}
