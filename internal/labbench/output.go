@@ -107,7 +107,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	fmt.Fprintf(&b, "# dolly lab benchmark (%s)\n\n", title)
 	fmt.Fprintf(&b, "Hosts in network namespaces on a Linux bridge, every link shaped with tc (HTB) in both directions, loop devices as disks, all on one %d-core machine. MB/s is image bytes (10^6) over the slowest node's time; *predicted* is image bytes over the time dolly-server's capacity model previewed for the plan (its ETA: the steady rate *b*, the pipeline fill and the start-up), from the nodes' probes and a topology file of the lab; *b* is the steady rate alone. *Stolen cores* is what the hypervisor took from the machine over the run. Took %s.\n\n", cores(), took.Round(time.Second))
 	if !quick {
-		fmt.Fprintf(&b, "A dolly run shorter than %v is cast up to three times (five under %v), until two casts agree within %.0f%% in rate and prediction, and the medians kept: *casts* lists the measured and predicted rate of each (the server times the image's decoding for each prediction, on the same shared machine).\n\n", repeatUnder, repeatMoreUnder, castsAgree*100)
+		fmt.Fprintf(&b, "A dolly run shorter than %v is cast up to three times (five under %v; once from %v on when links alone hold it back), until two casts agree within %.0f%% in rate and prediction, and the medians kept: *casts* lists the measured and predicted rate of each (the server times the image's decoding for each prediction, on the same shared machine).\n\n", repeatUnder, repeatMoreUnder, linkBoundOnceFrom, castsAgree*100)
 	}
 	headline := filterResults(results, func(r result) bool { return r.headline })
 	if len(headline) > 0 {
@@ -135,7 +135,11 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			if r.predicted > 0 && r.err == "" {
 				pred, errPct, rate = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent()), fmt.Sprintf("%.2f", r.rate)
 			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", series(r.runSpec), r.nodes,
+			name := series(r.runSpec)
+			if r.image != rows[0].image {
+				name += fmt.Sprintf(" (%d MiB image)", imageSpecs[r.image].Size>>20)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", name, r.nodes,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck,
 				castsCell(r), r.steal)
 		}

@@ -45,21 +45,28 @@ func TestMedianCast(t *testing.T) {
 }
 
 func TestCastsFor(t *testing.T) {
+	const links = "links dolly-server→sw1 and sw1→pc01 (1 channel each)"
 	tests := []struct {
-		seconds float64
-		reps    int
-		want    int
+		seconds    float64
+		bottleneck string
+		reps       int
+		want       int
 	}{
-		{2.3, 3, 5},  // a gigabit cast: the most
-		{11.6, 3, 3}, // a short one
-		{45.4, 3, 1}, // long enough alone
-		{2.3, 1, 1},  // the quick bench casts once
-		{39.9, 3, 3},
-		{10, 3, 3},
+		{2.3, "CPU of machine lab, shared by 5 hosts", 3, 5}, // a gigabit cast: the most
+		{2.3, links, 3, 5},
+		{11.6, links, 3, 3}, // a short one
+		{45.4, "CPU of machine lab, shared by 25 hosts", 3, 1}, // long enough alone
+		{2.3, links, 1, 1}, // the quick bench casts once
+		{39.9, "CPU of machine lab, shared by 25 hosts", 3, 3},
+		{22.6, "66% of the time: links dolly-server→sw1; 34%: CPU of machine lab", 3, 3},
+		{23.1, "links dolly-server→sw1 and pc01→sw1, each shared by 2 channels", 3, 1},
+		{34.9, "link dolly-server→sw1 shared by 3 channels", 3, 1},
+		{19.9, "link dolly-server→sw1 shared by 3 channels", 3, 3},
+		{10, "", 3, 3},
 	}
 	for _, tt := range tests {
-		if got := castsFor(tt.seconds, tt.reps); got != tt.want {
-			t.Errorf("castsFor(%v s, %d) = %d, want %d", tt.seconds, tt.reps, got, tt.want)
+		if got := castsFor(result{seconds: tt.seconds, bottleneck: tt.bottleneck}, tt.reps); got != tt.want {
+			t.Errorf("castsFor(%v s, %q, %d) = %d, want %d", tt.seconds, tt.bottleneck, tt.reps, got, tt.want)
 		}
 	}
 }
