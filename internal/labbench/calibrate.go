@@ -53,8 +53,8 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 	// and on this machine every lab disk is a loop device over a file on
 	// one file system, whose loop workers and host file system cost more
 	// CPU under a sustained load than the probe sees.
-	// One such write varied from 0.9 to 3.7 GB per CPU-second from one
-	// bench to the next; the median of a few is steadier.
+	// One such write can be off by half when the machine is busy for a
+	// moment: the median of three.
 	var writes []float64
 	for range 3 {
 		w, err := sustainedWriteCost(ctx, disks[:min(4, len(disks))], 256<<20)
@@ -64,7 +64,7 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 		writes = append(writes, w)
 	}
 	p.DiskWriteCPUBytesPerSec = medianBy(writes, func(w float64) float64 { return w })
-	fmt.Printf("labbench: write path: %s MB/s per CPU-second (the median)\n", mbpsList(writes))
+	fmt.Printf("labbench: write path: %.0f MB per CPU-second (median of %s)\n", p.DiskWriteCPUBytesPerSec/1e6, mbList(writes))
 	return p, nil
 }
 
@@ -627,11 +627,11 @@ func (s cpuSamples) cores(a, b time.Time) (float64, error) {
 	return (s.busy[j] - s.busy[i]).Seconds() / s.at[j].Sub(s.at[i]).Seconds(), nil
 }
 
-// mbpsList formats rates in bytes/s as MB/s, comma-separated.
-func mbpsList(rates []float64) string {
+// mbList formats byte counts in MB (10^6), comma-separated.
+func mbList(bytes []float64) string {
 	var parts []string
-	for _, r := range rates {
-		parts = append(parts, fmt.Sprintf("%.0f", r/1e6))
+	for _, b := range bytes {
+		parts = append(parts, fmt.Sprintf("%.0f", b/1e6))
 	}
 	return strings.Join(parts, ", ")
 }

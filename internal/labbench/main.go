@@ -122,7 +122,7 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 		}
 		sum, err := testimage.SHA256(img.raw, -1)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("hashing %s: %w", img.raw, err)
 		}
 		img.sha256 = sum
 		img.zst = img.raw + ".zst"
@@ -152,20 +152,28 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	defer l.Close()
 	var disks []string
-	var largest int64
+	// The group's largest image first, then the one its calibration casts.
+	warm := []image{images[g.runs[0].image]}
 	for _, r := range g.runs {
-		largest = max(largest, images[r.image].size)
+		if images[r.image].size > warm[0].size {
+			warm[0] = images[r.image]
+		}
+	}
+	if calib := images[g.runs[0].image]; calib.name != warm[0].name {
+		warm = append(warm, calib)
 	}
 	for _, h := range l.Nodes {
-		d, err := l.Disk(ctx, h.Name, largest, 0)
+		d, err := l.Disk(ctx, h.Name, warm[0].size, 0)
 		if err != nil {
 			return nil, err
 		}
 		disks = append(disks, d)
 	}
 	env := &labEnv{lab: l, opts: o, disks: disks}
-	if err := warmUp(ctx, env, g, images); err != nil {
-		return nil, err
+	for _, img := range warm {
+		if err := warmUp(ctx, env, g.mbit, img); err != nil {
+			return nil, err
+		}
 	}
 	probe, err := calibrate(ctx, l, o.bin, disks)
 	if err != nil {
@@ -239,25 +247,21 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	return results, nil
 }
 
-// warmUp casts the group's largest image to every node once, untimed. A
-// lab disk is a loop device over a sparse file: the first write to each
-// block allocates it in the machine's file system, which costs CPU that a
-// PC's own disk does not, so a group's first casts ran up to a third
-// slower than its later ones and skewed the calibration that follows.
-func warmUp(ctx context.Context, env *labEnv, g group, images map[string]image) error {
-	img := images[g.runs[0].image]
-	for _, r := range g.runs {
-		if images[r.image].size > img.size {
-			img = images[r.image]
-		}
-	}
+// warmUp casts img to every node once, untimed. A lab disk is a loop
+// device over a sparse file: the first write to each block allocates it in
+// the machine's file system, which costs CPU that a PC's own disk does not,
+// so a group's first casts ran up to a third slower than its later ones and
+// skewed the calibration that follows. Images lay their data out
+// differently, and a node turns zero runs into BLKZEROOUT, not writes: the
+// group's largest image and its calibration image are both cast.
+func warmUp(ctx context.Context, env *labEnv, mbit float64, img image) error {
 	n := len(env.lab.Nodes)
 	fmt.Printf("labbench: warming the disks up: a chain of %d casts the %s image…\n", n, img.name)
-	logDir := filepath.Join(env.opts.work, fmt.Sprintf("warmup-%vmbit", g.mbit))
+	logDir := filepath.Join(env.opts.work, fmt.Sprintf("warmup-%vmbit-%s", mbit, img.name))
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
-	r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: n, mbit: g.mbit, image: img.name}
+	r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: n, mbit: mbit, image: img.name}
 	if _, err := env.dolly(ctx, r, img, logDir); err != nil {
 		return fmt.Errorf("warming the disks up: %w", err)
 	}

@@ -26,7 +26,7 @@ func writeOutputs(o options, results []result, start time.Time) error {
 	if o.quick {
 		name = "quick"
 	}
-	if err := writeCSV(filepath.Join(o.out, name+".csv"), results); err != nil {
+	if err := writeCSV(filepath.Join(o.out, name+".csv"), results, !o.quick); err != nil {
 		return err
 	}
 	checks := acceptance(results)
@@ -50,13 +50,19 @@ func writeOutputs(o options, results []result, start time.Time) error {
 	return nil
 }
 
-func writeCSV(path string, results []result) error {
+// writeCSV writes a row per run; withImage adds the image's size in MiB
+// (the full matrix casts three images; the quick one, one).
+func writeCSV(path string, results []result, withImage bool) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := csv.NewWriter(f)
-	w.Write([]string{"method", "topology", "fanout", "compression", "nodes", "link_mbit", "predicted_mbps", "measured_mbps"})
+	header := []string{"method", "topology", "fanout", "compression", "nodes", "link_mbit", "predicted_mbps", "measured_mbps"}
+	if withImage {
+		header = append(header, "image_mib")
+	}
+	w.Write(header)
 	for _, r := range results {
 		if r.err != "" {
 			continue
@@ -65,8 +71,12 @@ func writeCSV(path string, results []result) error {
 		if r.predicted > 0 {
 			pred = strconv.FormatFloat(r.predicted, 'f', 2, 64)
 		}
-		w.Write([]string{r.method, r.topology, strconv.Itoa(r.fanout), r.compression, strconv.Itoa(r.nodes),
-			strconv.FormatFloat(r.mbit, 'f', -1, 64), pred, strconv.FormatFloat(r.measured, 'f', 2, 64)})
+		row := []string{r.method, r.topology, strconv.Itoa(r.fanout), r.compression, strconv.Itoa(r.nodes),
+			strconv.FormatFloat(r.mbit, 'f', -1, 64), pred, strconv.FormatFloat(r.measured, 'f', 2, 64)}
+		if withImage {
+			row = append(row, strconv.FormatInt(imageSpecs[r.image].Size>>20, 10))
+		}
+		w.Write(row)
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -96,6 +106,16 @@ func series(r runSpec) string {
 		s += " " + r.compression
 	}
 	return s
+}
+
+// seriesOn is series for a table or plot of runs on image: a run on
+// another image is a series of its own, since the start-up weighs
+// differently on it.
+func seriesOn(r runSpec, image string) string {
+	if r.image == image {
+		return series(r)
+	}
+	return fmt.Sprintf("%s (%d MiB image)", series(r), imageSpecs[r.image].Size>>20)
 }
 
 func markdown(results []result, checks []string, took time.Duration, quick bool) string {
@@ -135,11 +155,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			if r.predicted > 0 && r.err == "" {
 				pred, errPct, rate = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent()), fmt.Sprintf("%.2f", r.rate)
 			}
-			name := series(r.runSpec)
-			if r.image != rows[0].image {
-				name += fmt.Sprintf(" (%d MiB image)", imageSpecs[r.image].Size>>20)
-			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", name, r.nodes,
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", seriesOn(r.runSpec, rows[0].image), r.nodes,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck,
 				castsCell(r), r.steal)
 		}
@@ -240,7 +256,7 @@ func plotPerNode(path string, results []result, mbit float64) error {
 	var names []string
 	lines := map[string]plotter.XYs{}
 	for _, r := range rows {
-		s := series(r.runSpec)
+		s := seriesOn(r.runSpec, rows[0].image)
 		if _, ok := lines[s]; !ok {
 			names = append(names, s)
 		}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -62,6 +64,7 @@ func TestCastsFor(t *testing.T) {
 		{23.1, "links dolly-server→sw1 and pc01→sw1, each shared by 2 channels", 3, 1},
 		{34.9, "link dolly-server→sw1 shared by 3 channels", 3, 1},
 		{19.9, "link dolly-server→sw1 shared by 3 channels", 3, 3},
+		{25.0, "link dolly-server→sw1 shared by 3 channels; CPU of machine lab, shared by 25 hosts", 3, 3},
 		{10, "", 3, 3},
 	}
 	for _, tt := range tests {
@@ -120,5 +123,47 @@ func TestCastsCell(t *testing.T) {
 		if got := castsCell(tt.r); got != tt.want {
 			t.Errorf("castsCell(%v, %v) = %q, want %q", tt.r.casts, tt.r.castsPredicted, got, tt.want)
 		}
+	}
+}
+
+func TestWriteCSV(t *testing.T) {
+	results := []result{
+		{runSpec: runSpec{method: "dolly", topology: "star", fanout: 24, compression: "none", nodes: 24, mbit: 100, image: "tiny"}, predicted: 1.061, measured: 1.05},
+		{runSpec: runSpec{method: "udpcast", topology: "multicast", compression: "none", nodes: 8, mbit: 100, image: "small"}, measured: 10.014},
+		{runSpec: runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 4, mbit: 100, image: "small"}, err: "failed"},
+	}
+	tests := []struct {
+		withImage bool
+		want      string
+	}{
+		{false, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps\n" +
+			"dolly,star,24,none,24,100,1.06,1.05\n" +
+			"udpcast,multicast,0,none,8,100,,10.01\n"},
+		{true, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps,image_mib\n" +
+			"dolly,star,24,none,24,100,1.06,1.05,64\n" +
+			"udpcast,multicast,0,none,8,100,,10.01,256\n"},
+	}
+	for _, tt := range tests {
+		path := filepath.Join(t.TempDir(), "out.csv")
+		if err := writeCSV(path, results, tt.withImage); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != tt.want {
+			t.Errorf("writeCSV(withImage %v) wrote\n%s\nwant\n%s", tt.withImage, got, tt.want)
+		}
+	}
+}
+
+func TestSeriesOn(t *testing.T) {
+	star := runSpec{method: "dolly", topology: "star", fanout: 24, compression: "zstd", nodes: 24, mbit: 100, image: "tiny"}
+	if got, want := seriesOn(star, "small"), "dolly star zstd (64 MiB image)"; got != want {
+		t.Errorf("seriesOn(star on tiny, small) = %q, want %q", got, want)
+	}
+	if got, want := seriesOn(star, "tiny"), "dolly star zstd"; got != want {
+		t.Errorf("seriesOn(star on tiny, tiny) = %q, want %q", got, want)
 	}
 }
