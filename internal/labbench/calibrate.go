@@ -57,7 +57,7 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 	// moment: the median of three.
 	var writes []float64
 	for range 3 {
-		w, err := sustainedWriteCost(ctx, disks[:min(4, len(disks))], 256<<20)
+		w, err := sustainedWriteCost(ctx, disks[:min(4, len(disks))], scratchSize)
 		if err != nil {
 			return p, fmt.Errorf("measuring the lab's write path: %w", err)
 		}
@@ -67,6 +67,11 @@ func calibrate(ctx context.Context, l *lab.Lab, bin string, disks []string) (cap
 	fmt.Printf("labbench: write path: %.0f MB per CPU-second (median of %s)\n", p.DiskWriteCPUBytesPerSec/1e6, mbList(writes))
 	return p, nil
 }
+
+// scratchSize is the size of the probe's scratch disks, all of which its
+// sustained write covers: the first of its writes allocates their blocks,
+// the median of three is a write to allocated ones, as a cast's are.
+const scratchSize = 256 << 20
 
 // sustainedWriteCost writes n bytes to each disk at once, the way a cast
 // does (imaging's target, with O_DIRECT), syncs them, and returns the bytes

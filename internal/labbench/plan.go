@@ -60,6 +60,32 @@ func (p benchPlan) groups() []group {
 	return gs
 }
 
+// images are the names of the images the group's runs cast, sorted.
+func (g group) images() []string {
+	var names []string
+	for _, r := range g.runs {
+		if !slices.Contains(names, r.image) {
+			names = append(names, r.image)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// mainImage is the image most of the group's runs cast, the one its
+// calibration casts: of equal counts, the first cast.
+func (g group) mainImage() string {
+	count := map[string]int{}
+	best := ""
+	for _, r := range g.runs {
+		count[r.image]++
+		if best == "" || count[r.image] > count[best] {
+			best = r.image
+		}
+	}
+	return best
+}
+
 func (p benchPlan) images() map[string]sampleimage.Spec {
 	out := map[string]sampleimage.Spec{}
 	for _, r := range p {

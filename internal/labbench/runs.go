@@ -78,7 +78,7 @@ type labEnv struct {
 	lab      *lab.Lab
 	opts     options
 	topology string
-	disks    []string
+	disks    map[string][]string // each image's disks, a node's each
 	runs     int
 	castEnd  time.Time // when the last dolly-server exited
 }
@@ -98,7 +98,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	if verify {
 		// The disk already holds the image from earlier casts: a cast that
 		// wrote nothing must not pass the check.
-		if err := e.scribble(r.nodes - 1); err != nil {
+		if err := e.scribble(img, r.nodes-1); err != nil {
 			return result{runSpec: r, err: err.Error()}
 		}
 	}
@@ -218,7 +218,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	var nodes []*proc
 	for i, h := range e.lab.Nodes[:r.nodes] {
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
-			"-server", addr, "-target", e.disks[i], "-name", h.Name, "-join-timeout", "60s", "-no-probe")
+			"-server", addr, "-target", e.disks[img.name][i], "-name", h.Name, "-join-timeout", "60s", "-no-probe")
 		if err != nil {
 			return res, err
 		}
@@ -269,8 +269,8 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 
 // scribble overwrites the head of a node's disk with a pattern no image
 // holds there.
-func (e *labEnv) scribble(node int) error {
-	f, err := os.OpenFile(e.disks[node], os.O_WRONLY, 0)
+func (e *labEnv) scribble(img image, node int) error {
+	f, err := os.OpenFile(e.disks[img.name][node], os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("scribbling on pc%02d's disk: %w", node+1, err)
 	}
@@ -288,7 +288,7 @@ func (e *labEnv) scribble(node int) error {
 // check compares one target (the last node's, the one furthest down the
 // line) with the image, byte for byte, as a check on the bench itself.
 func (e *labEnv) check(img image, node int) error {
-	got, err := testimage.SHA256(e.disks[node], img.size)
+	got, err := testimage.SHA256(e.disks[img.name][node], img.size)
 	if err != nil {
 		return err
 	}
@@ -308,9 +308,10 @@ func (e *labEnv) ncChain(ctx context.Context, r runSpec, img image, logDir strin
 	// The last node first, so every relay finds its successor listening.
 	for i := len(nodes) - 1; i >= 0; i-- {
 		h := nodes[i]
-		script := fmt.Sprintf("nc -l %s %s > %s", h.IP, port, e.disks[i])
+		disk := e.disks[img.name][i]
+		script := fmt.Sprintf("nc -l %s %s > %s", h.IP, port, disk)
 		if i < len(nodes)-1 {
-			script = fmt.Sprintf("nc -l %s %s | tee %s | nc -N %s %s", h.IP, port, e.disks[i], nodes[i+1].IP, port)
+			script = fmt.Sprintf("nc -l %s %s | tee %s | nc -N %s %s", h.IP, port, disk, nodes[i+1].IP, port)
 		}
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "sh", "-c", script)
 		if err != nil {
@@ -339,7 +340,7 @@ func (e *labEnv) udpcast(ctx context.Context, r runSpec, img image, logDir strin
 	procs := make([]*proc, len(nodes))
 	for i, h := range nodes {
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "udp-receiver",
-			"--file", e.disks[i], "--interface", "eth0", "--nokbd", "--portbase", "9900")
+			"--file", e.disks[img.name][i], "--interface", "eth0", "--nokbd", "--portbase", "9900")
 		if err != nil {
 			return res, err
 		}

@@ -167,3 +167,19 @@ func TestSeriesOn(t *testing.T) {
 		t.Errorf("seriesOn(star on tiny, tiny) = %q, want %q", got, want)
 	}
 }
+
+func TestGroupImages(t *testing.T) {
+	for _, g := range fullPlan().groups() {
+		want := map[float64]string{100: "small", 1000: "large"}[g.mbit]
+		if got := g.mainImage(); got != want {
+			t.Errorf("%v Mbit/s group: main image %q, want %q", g.mbit, got, want)
+		}
+	}
+	g := group{runs: []runSpec{{image: "tiny"}, {image: "small"}, {image: "small"}, {image: "tiny"}, {image: "small"}}}
+	if got := g.mainImage(); got != "small" {
+		t.Errorf("mainImage = %q, want small", got)
+	}
+	if got := g.images(); !slices.Equal(got, []string{"small", "tiny"}) {
+		t.Errorf("images = %v, want [small tiny]", got)
+	}
+}
