@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"dolly/internal/testimage"
 )
 
 func TestMedianCast(t *testing.T) {
@@ -181,5 +184,39 @@ func TestGroupImages(t *testing.T) {
 	}
 	if got := g.images(); !slices.Equal(got, []string{"small", "tiny"}) {
 		t.Errorf("images = %v, want [small tiny]", got)
+	}
+}
+
+// TestScribbleCheck: a disk holding the image passes the check; once
+// scribbled on (as before a cast that then writes nothing), it fails.
+func TestScribbleCheck(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "x.img")
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i % 251)
+	}
+	if err := os.WriteFile(raw, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(dir, "pc01.disk")
+	if err := os.WriteFile(disk, append(slices.Clone(data), 0xff, 0xff), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := testimage.SHA256(raw, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := image{name: "x", raw: raw, size: int64(len(data)), sha256: sum}
+	e := &labEnv{disks: map[string][]string{"x": {disk}}}
+	if err := e.check(img, 0); err != nil {
+		t.Fatalf("check of a disk holding the image: %v", err)
+	}
+	if err := e.scribble(img, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = e.check(img, 0)
+	if err == nil || !strings.Contains(err.Error(), "pc01's target differs from the image") {
+		t.Fatalf("check after scribbling = %v, want pc01's target differs", err)
 	}
 }
