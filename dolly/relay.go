@@ -32,6 +32,9 @@ type Relay struct {
 	// teeLimit, when set, caps each tee so tests can exercise the
 	// short-tee path that the kernel takes only rarely.
 	teeLimit int
+	// deliveryStall is how long a finished child may acknowledge nothing
+	// before the relay stops waiting for it to have the whole stream.
+	deliveryStall time.Duration
 
 	reqs chan relayRequest
 	// pending counts requests on their way to the loop: a loop woken for
@@ -114,6 +117,8 @@ func NewRelay(noSplice bool) (*Relay, error) {
 		stopped:  make(chan struct{}),
 		complete: make(chan struct{}),
 		named:    map[string]*relayChild{},
+
+		deliveryStall: defaultDeliveryStall,
 	}
 	return r, nil
 }
@@ -572,6 +577,10 @@ type childJob struct {
 	release func()
 }
 
+// defaultDeliveryStall bounds the wait for a child that stopped reading
+// just before the end: a disk pausing for a few seconds is normal.
+const defaultDeliveryStall = 30 * time.Second
+
 // childSlack is how many rounds a child may fall behind before the relay
 // waits for it, so children sharing a link do not stall each other.
 const childSlack = 3
@@ -650,12 +659,17 @@ func (ch *relayChild) finish(clean bool) {
 		close(ch.jobs)
 		<-ch.done
 		if clean && !ch.dead.Load() {
-			// A half-close says "end of stream"; the bytes still queued
-			// are delivered after the close below, which only gives up
-			// the descriptor (the child sends nothing that could be
-			// left unread and turn the close into a reset).
+			// A half-close says "end of stream" (the child sends nothing
+			// that could be left unread and turn the close into a
+			// reset). The kernel would deliver what it still queues
+			// after the close too, but only while this host is up, and
+			// a netbooted node powers off next: wait until the child's
+			// kernel has acknowledged it all.
 			if cw, ok := ch.conn.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
+			}
+			if err := awaitDelivered(ch.conn, ch.r.deliveryStall); err != nil {
+				ch.r.emit(RelayEvent{Kind: ChildLost, Name: ch.name, Err: fmt.Errorf("delivering the end of the stream: %w", err)})
 			}
 		}
 		ch.conn.Close()

@@ -53,9 +53,18 @@ type relayHarness struct {
 
 func startRelay(t *testing.T, noSplice bool, want int) *relayHarness {
 	t.Helper()
+	return startRelayWith(t, noSplice, want, nil)
+}
+
+// startRelayWith runs setup, if any, on the relay before it starts.
+func startRelayWith(t *testing.T, noSplice bool, want int, setup func(*Relay)) *relayHarness {
+	t.Helper()
 	r, err := NewRelay(noSplice)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
