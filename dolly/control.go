@@ -153,6 +153,8 @@ type Done struct {
 	Digest  string  `json:"digest"`
 	Written int64   `json:"written"`
 	Seconds float64 `json:"seconds"`
+	// Pos is the stream bytes received: the whole stream.
+	Pos int64 `json:"pos,omitempty"`
 	// Lost names children the node could not keep sending to.
 	Lost []string `json:"lost,omitempty"`
 }

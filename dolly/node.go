@@ -585,7 +585,7 @@ func (n *node) receive(h StreamHeader) {
 }
 
 func (n *node) reportDone() {
-	done := Done{Digest: n.digest.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds()}
+	done := Done{Digest: n.digest.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds(), Pos: n.relay.Pos()}
 	n.send(Message{Type: MsgDone, Done: &done})
 }
 

@@ -302,7 +302,8 @@ func (s *Server) appendNode(ctx context.Context, n *nodeState) {
 				continue
 			}
 			depth[c] = d
-			if tail == nil || d > depth[tail] {
+			// One that left cannot serve, but those below it may.
+			if !c.gone(time.Now(), s.cfg.NodeTimeout) && (tail == nil || d > depth[tail]) {
 				tail = c
 			}
 			walk(c.children, d+1)
@@ -347,13 +348,24 @@ func (s *Server) checkNodes(now time.Time) {
 			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("no word from it for %s", formatDuration(silent))})
 			continue
 		}
-		ahead := s.src.sent.Load()
-		if n.parent != nil {
-			ahead = n.parent.pos
+		p := n.parent
+		if p != nil && p.gone(now, s.cfg.NodeTimeout) && n.status == stCasting && n.pos < p.pos && now.Sub(n.lastMoved) > s.cfg.NodeTimeout {
+			// Its upstream went away after its verdict (it powered off,
+			// say) before the end of the stream reached n: what has not
+			// come by now will not. p's children go to p's upstream.
+			down = append(down, castEvent{kind: evDown, node: p, reason: fmt.Sprintf("left before %s had the whole stream", n.name)})
+			continue
 		}
-		if n.status == stCasting && now.Sub(n.lastMoved) > s.cfg.StallTimeout && ahead > n.pos+stallMargin {
+		ahead, complete := s.src.sent.Load(), s.src.ended.Load()
+		if p != nil {
+			ahead, complete = p.pos, p.status == stDone
+		}
+		// Far behind, or behind an upstream that has it all: near the end
+		// less than stallMargin may be missing, and it will not come.
+		behind := ahead - n.pos
+		if n.status == stCasting && now.Sub(n.lastMoved) > s.cfg.StallTimeout && (behind > stallMargin || complete && behind > 0) {
 			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("stalled: no progress for %s while its upstream was %s ahead",
-				formatDuration(now.Sub(n.lastMoved)), imaging.FormatBytes(ahead-n.pos))})
+				formatDuration(now.Sub(n.lastMoved)), imaging.FormatBytes(behind))})
 		}
 	}
 	conns := make([]*dolly.Conn, 0, len(s.castNodes))
@@ -404,6 +416,7 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 			continue
 		}
 		r := dolly.Result{OK: n.digest == digest.String(), After: s.cfg.After}
+		s.log.Info("verdict", "node", n.name, "ok", r.OK)
 		if r.OK {
 			n.verified = true
 			r.Message = "target verified"

@@ -155,8 +155,10 @@ func TestFailedCastLeaksNothing(t *testing.T) {
 
 // TestCheckNodesTakesOutSilentAndStalledNodes checks the rules that take a
 // node out: silence past the node timeout; no progress past the stall
-// timeout while its upstream is well ahead. A node that is slow but
-// moving, or that waits on an upstream with nothing more to give, stays.
+// timeout while its upstream is well ahead, or has the whole stream; an
+// upstream that left after its verdict while a child still lacked the end
+// of the stream. A node that is slow but moving, or that waits on an
+// upstream with nothing more to give, stays.
 func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	now := time.Now()
 	cfg := Config{NodeTimeout: 5 * time.Second, StallTimeout: 30 * time.Second}
@@ -185,14 +187,43 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	stalled := node("stalled", healthy, 10<<20, time.Second, 31*time.Second)
 	waiting := node("waiting", stalled, 10<<20-1<<20, time.Second, 40*time.Second) // its upstream has little more
 	slow := node("slow", healthy, 20<<20, time.Second, 2*time.Second)
-	s.castNodes = []*nodeState{healthy, silent, stalled, waiting, slow}
+	finished := func(name string, left bool) *nodeState {
+		n := node(name, healthy, 100<<20, time.Second, time.Second)
+		n.status, n.verified, n.left = stDone, true, left
+		return n
+	}
+	// Behind an upstream that has it all, by less than stallMargin.
+	done := finished("done", false)
+	shortOfTheEnd := node("short of the end", done, 100<<20-300<<10, time.Second, 31*time.Second)
+	// Behind an upstream that left: rewired after the node timeout.
+	gone := finished("gone", true)
+	orphan := node("orphan", gone, 99<<20, time.Second, 6*time.Second)
+	gone2 := finished("gone2", true)
+	hasItAll := node("has it all", gone2, 100<<20, time.Second, 40*time.Second) // syncing its disk
+	gone3 := finished("gone3", true)
+	tailArriving := node("tail arriving", gone3, 99<<20, time.Second, 2*time.Second)
+	// A verified upstream that fell silent (its power went) is gone too;
+	// one still heard from is still delivering.
+	mute := finished("mute", false)
+	mute.lastHeard = now.Add(-6 * time.Second)
+	orphan2 := node("orphan2", mute, 99<<20, time.Second, 6*time.Second)
+	heard := finished("heard", false)
+	delivering := node("delivering", heard, 99<<20, time.Second, 6*time.Second)
+	s.castNodes = []*nodeState{healthy, silent, stalled, waiting, slow, done, shortOfTheEnd, gone, orphan, gone2, hasItAll, gone3, tailArriving,
+		mute, orphan2, heard, delivering}
 	s.checkNodes(now)
 	close(s.events)
 	got := map[string]string{}
 	for e := range s.events {
 		got[e.node.name] = e.reason
 	}
-	want := map[string]string{"silent": "no word from it", "stalled": "stalled: no progress"}
+	want := map[string]string{
+		"silent":           "no word from it",
+		"stalled":          "stalled: no progress",
+		"short of the end": "stalled: no progress for 31s while its upstream was 307.2 kB ahead",
+		"gone":             "left before orphan had the whole stream",
+		"mute":             "left before orphan2 had the whole stream",
+	}
 	for name, reason := range want {
 		if !strings.Contains(got[name], reason) {
 			t.Errorf("%s: reason %q, want %q", name, got[name], reason)

@@ -598,6 +598,7 @@ func (s *Server) handleMessage(n *nodeState, c *dolly.Conn, m dolly.Message) {
 		}
 		n.status, n.end, n.digest = stDone, now, m.Done.Digest
 		n.progress.Written = m.Done.Written
+		n.pos = max(n.pos, m.Done.Pos) // its last progress may be older than the end
 	case dolly.MsgFail:
 		switch n.status {
 		case stJoined, stReady:
@@ -650,6 +651,11 @@ func (s *Server) lostNode(n *nodeState, c *dolly.Conn, err error) {
 		return
 	}
 	inCast := n.inTree && !n.removed && !(n.status == stDone && n.verified)
+	if n.inTree && !n.removed && n.verified {
+		// Its work is done, but a child may still lack the tail of the
+		// stream: checkNodes rewires it if it stops short.
+		n.left = true
+	}
 	done := n.finished()
 	s.mu.Unlock()
 	reason := "lost contact"

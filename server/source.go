@@ -25,6 +25,7 @@ type source struct {
 	relay  *dolly.Relay
 	header dolly.StreamHeader
 	sent   atomic.Int64 // stream bytes encoded (once, not per child)
+	ended  atomic.Bool  // the end frame is sent: sent is the whole stream
 	skip   int64        // stream bytes every child had already
 	digest chan imaging.Digest
 
@@ -93,6 +94,7 @@ func (src *source) run(ctx context.Context, skip int64, kids func() []*nodeState
 	encErr := make(chan error, 1)
 	go func() {
 		err := encode(ctx, src.enc, pw, src.s.cfg.MaxRate, skip, &src.sent, src.relay.EndSeen, func(d imaging.Digest) { src.digest <- d })
+		src.ended.Store(err == nil)
 		pw.Close()
 		encErr <- err
 	}()

@@ -56,6 +56,7 @@ type nodeState struct {
 	children  []*nodeState
 	inTree    bool
 	removed   bool      // taken out of the tree after failing
+	left      bool      // its control connection ended after its verdict
 	pos       int64     // stream bytes it has received
 	resumed   bool      // it came with a cast already under way
 	lastHeard time.Time // any message from it
@@ -65,6 +66,13 @@ type nodeState struct {
 // finished reports whether the node needs nothing more in this cast.
 func (n *nodeState) finished() bool {
 	return n.status == stDone || n.status == stFailed || n.status == stRefused
+}
+
+// gone reports whether the node ended its part after its verdict: it
+// closed its control connection, or has been silent past timeout (a node
+// still in its cast reports progress). It serves no one any more.
+func (n *nodeState) gone(now time.Time, timeout time.Duration) bool {
+	return n.verified && (n.left || now.Sub(n.lastHeard) > timeout)
 }
 
 // observe folds a progress report into the node's rate and position.

@@ -167,3 +167,68 @@ func TestChainSurvivesALinkCut(t *testing.T) {
 		t.Errorf("the cast took %.1fs with pc05 cut off, more than %.1fs (unhurt %.1fs + 10%% + detection %v)", r.ElapsedSeconds, limit, baseline, detection)
 	}
 }
+
+// TestChainSurvivesARelayPoweringOffAfterItsVerdict cuts pc01's cable the
+// moment the server gives it its verdict, as a netbooted node that powers
+// off at once (or loses power) would: pc02, behind a slower link, still
+// lacks the tail of the stream that only pc01's kernel held. The server
+// notices that pc02 stopped short behind an upstream that is gone and has
+// the source send it the rest.
+func TestChainSurvivesARelayPoweringOffAfterItsVerdict(t *testing.T) {
+	requireLab(t)
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	const size = 16 << 20
+	const detection = 2 * time.Second
+
+	dir := t.TempDir()
+	img := filepath.Join(dir, "nt.img")
+	if err := testimage.Write(img, size, 31, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := testimage.SHA256(img, -1)
+	// pc02's link is slow, so pc01 finishes with megabytes for pc02 still
+	// queued in its own kernel.
+	spec := Spec{Server: HostSpec{Name: "srv", Mbit: 1000}, Dir: dir, Nodes: []HostSpec{
+		{Name: "pc01", Mbit: 1000},
+		{Name: "pc02", Mbit: 10},
+	}}
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := startLabCast(ctx, t, l, bin, t.TempDir(), img, size,
+		[]string{"-node-timeout", detection.String(), "-no-probe", "-v"}, []string{"-no-probe"})
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(c.log("server"), "msg=verdict node=pc01 ok=true") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pc01 had no verdict within a minute:\n%s", c.log("server"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling a log: there is nothing to wait on
+	}
+	if err := l.SetLink(ctx, l.Nodes[0], false); err != nil {
+		t.Fatal(err)
+	}
+	serverErr := c.server.Wait()
+	c.nodes[0].Process.Kill()
+	c.nodes[0].Wait()
+	out := c.log("server")
+	if serverErr != nil {
+		t.Fatalf("dolly-server: %v\n%s\npc02:\n%s", serverErr, out, c.log("pc02"))
+	}
+	if err := c.nodes[1].Wait(); err != nil {
+		t.Errorf("pc02: %v\n%s", err, c.log("pc02"))
+	}
+	for i, h := range l.Nodes {
+		if got, err := testimage.SHA256(c.disks[i], size); err != nil || got != want {
+			t.Errorf("%s: sha256 %.12s (%v), image %.12s", h.Name, got, err, want)
+		}
+	}
+	for _, w := range []string{"pc01 is out of the cast: left before pc02 had the whole stream", "dolly-server now feeds pc02", "2 of 2 nodes verified"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("server output lacks %q:\n%s", w, out)
+		}
+	}
+}
