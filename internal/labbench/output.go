@@ -233,8 +233,12 @@ func acceptance(results []result) []string {
 			for _, d := range filterResults(results, func(r result) bool {
 				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.err == ""
 			}) {
-				out = append(out, fmt.Sprintf("%s dolly chain %.2f MB/s per node against %s %.2f at %d nodes, %v Mbit/s, %s image",
-					verdict(d.measured >= p.measured), d.measured, peer, p.measured, p.nodes, p.mbit, p.image))
+				images := p.image + " image"
+				if d.image != p.image {
+					images = fmt.Sprintf("%s image (%s on the %s one)", d.image, peer, p.image)
+				}
+				out = append(out, fmt.Sprintf("%s dolly chain %.2f MB/s per node against %s %.2f at %d nodes, %v Mbit/s, %s",
+					verdict(d.measured >= p.measured), d.measured, peer, p.measured, p.nodes, p.mbit, images))
 			}
 		}
 	}

@@ -129,10 +129,11 @@ func matrix(mbit float64, counts []int) benchPlan {
 func fullPlan() benchPlan {
 	p := matrix(100, []int{1, 4, 12, 24})
 	for i, r := range p {
-		// The small image would take 2 and 4 minutes; the tiny one
-		// takes half a minute and a minute, still long enough to hide
-		// the start-up.
-		if r.method == "dolly" && r.topology == "star" && r.nodes >= 12 {
+		// Where the per-node rate falls with the node count (dolly's
+		// star, the peers) the small image would take 1 to 4 minutes;
+		// the tiny one takes a quarter of that, still long enough to
+		// hide the start-up.
+		if r.nodes >= 12 && (r.method != "dolly" || r.topology == "star") {
 			p[i].image = "tiny"
 		}
 	}
@@ -149,9 +150,14 @@ func fullPlan() benchPlan {
 	}
 	// At Gigabit speed the small image would take a second or two, too
 	// little to tell a rate from the start-up: the large image it is.
+	// The peers run at a tenth of that from 4 nodes on: on the small
+	// image they still take 10 to 20 s, instead of 40 to 90.
 	giga := matrix(1000, []int{1, 4, 8})
-	for i := range giga {
+	for i, r := range giga {
 		giga[i].image = "large"
+		if r.method != "dolly" && r.nodes >= 4 {
+			giga[i].image = "small"
+		}
 	}
 	return append(p, giga...)
 }
