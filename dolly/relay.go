@@ -348,6 +348,9 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 					return err
 				}
 				if !r.linger {
+					for _, ch := range r.children {
+						ch.finish(true) // before Drained says they have it
+					}
 					close(r.complete)
 					return nil
 				}
@@ -371,8 +374,10 @@ func (r *Relay) serveLate(ctx context.Context, up upstream) {
 	r.done = true
 	r.mu.Unlock()
 	up.Close()
+	// Each child's end is delivered on its own: one slow to acknowledge
+	// holds neither the others nor the requests this loop takes.
 	for _, ch := range r.children {
-		ch.finish(true)
+		r.finishLate(ctx, ch)
 	}
 	r.children = nil
 	close(r.complete)
@@ -384,6 +389,18 @@ func (r *Relay) serveLate(ctx context.Context, up upstream) {
 			return
 		}
 	}
+}
+
+// finishLate ends a child's stream on its own goroutine, which Drained
+// waits for; ctx ending cuts it short.
+func (r *Relay) finishLate(ctx context.Context, ch *relayChild) {
+	r.late.Add(1)
+	go func() {
+		defer r.late.Done()
+		stop := context.AfterFunc(ctx, ch.cut)
+		defer stop()
+		ch.finish(true)
+	}()
 }
 
 // takeRequests handles the requests waiting, without blocking.
@@ -481,11 +498,7 @@ func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64)
 	if r.done {
 		// Nothing more will come: the child gets the end of its stream
 		// once its catch-up is sent (finish waits for queued jobs).
-		r.late.Add(1)
-		go func() {
-			defer r.late.Done()
-			ch.finish(true)
-		}()
+		r.finishLate(ctx, ch)
 		return nil
 	}
 	r.children = append(r.children, ch)
@@ -648,11 +661,6 @@ func (ch *relayChild) wait(ctx context.Context) error {
 // or closing its connection.
 func (ch *relayChild) finish(clean bool) {
 	ch.once.Do(func() {
-		ch.r.mu.Lock()
-		if ch.r.named[ch.name] == ch {
-			delete(ch.r.named, ch.name)
-		}
-		ch.r.mu.Unlock()
 		if !clean {
 			ch.conn.Close() // unblocks a send in progress
 		}
@@ -665,13 +673,19 @@ func (ch *relayChild) finish(clean bool) {
 			// after the close too, but only while this host is up, and
 			// a netbooted node powers off next: wait until the child's
 			// kernel has acknowledged it all.
+			// A child that never acknowledges is the server's to notice
+			// (it falls silent, or stops short); Detach cuts the wait.
 			if cw, ok := ch.conn.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
 			}
-			if err := awaitDelivered(ch.conn, ch.r.deliveryStall); err != nil {
-				ch.r.emit(RelayEvent{Kind: ChildLost, Name: ch.name, Err: fmt.Errorf("delivering the end of the stream: %w", err)})
-			}
+			awaitDelivered(ch.conn, ch.r.deliveryStall)
 		}
+		// Named until here, so that Detach can cut the wait above.
+		ch.r.mu.Lock()
+		if ch.r.named[ch.name] == ch {
+			delete(ch.r.named, ch.name)
+		}
+		ch.r.mu.Unlock()
 		ch.conn.Close()
 		if ch.r.zeroCopy {
 			ch.pipe.close()

@@ -209,8 +209,9 @@ func (s *Server) handleEvent(ctx context.Context, e castEvent) {
 		// unless it has finished (it then needs nothing more).
 		s.mu.Lock()
 		c := s.byName[e.child]
+		lost := c != nil && c.parent == e.node && !c.finished()
 		s.mu.Unlock()
-		if c != nil && c.parent == e.node && !c.finished() {
+		if lost {
 			s.removeNode(ctx, c, fmt.Sprintf("%s could not send to it: %s", e.node.name, e.reason))
 		}
 	case evReturned:
@@ -236,16 +237,24 @@ func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 			x.reason = reason
 		}
 	}
-	p := x.parent
+	now := time.Now()
+	par := x.parent
 	kids := x.children
 	x.children = nil
-	if p == nil {
+	if par == nil {
 		s.sourceKids = without(s.sourceKids, x)
 	} else {
-		p.children = without(p.children, x)
+		par.children = without(par.children, x)
+	}
+	// The children go to the nearest upstream still serving: one gone
+	// after its verdict serves no one.
+	p := par
+	for p != nil && p.gone(now, s.cfg.NodeTimeout) {
+		p = p.parent
 	}
 	for _, k := range kids {
 		k.parent = p
+		k.lastMoved = now // it waits for its new upstream from now on
 		if p == nil {
 			s.sourceKids = append(s.sourceKids, k)
 		} else {
@@ -259,16 +268,21 @@ func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 	s.mu.Unlock()
 
 	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(kids))
-	fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
+	if x.verified {
+		// Its target is verified; it only no longer serves.
+		fmt.Fprintf(s.cfg.Out, "  %s is gone: %s", x.name, reason)
+	} else {
+		fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
+		x.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "taken out of the cast: " + reason})
+	}
 	if len(kids) > 0 {
 		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", upName, joinNames(kids, 8))
 	}
 	fmt.Fprintln(s.cfg.Out)
-	x.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "taken out of the cast: " + reason})
-	if p == nil {
+	if par == nil {
 		s.src.detach(ctx, x.name)
 	} else {
-		p.conn.Send(dolly.Message{Type: dolly.MsgDetach, Peer: &dolly.Peer{Name: x.name}})
+		par.conn.Send(dolly.Message{Type: dolly.MsgDetach, Peer: &dolly.Peer{Name: x.name}})
 	}
 	for _, k := range kids {
 		s.attachTo(ctx, p, k)
@@ -312,6 +326,7 @@ func (s *Server) appendNode(ctx context.Context, n *nodeState) {
 	walk(s.sourceKids, 1)
 	n.removed, n.inTree, n.parent, n.children = false, true, tail, nil
 	n.status, n.reason, n.end = stCasting, "", time.Time{}
+	n.verified, n.left, n.told = false, false, false
 	n.lastHeard, n.lastMoved = time.Now(), time.Now()
 	if tail == nil {
 		s.sourceKids = append(s.sourceKids, n)
@@ -349,12 +364,20 @@ func (s *Server) checkNodes(now time.Time) {
 			continue
 		}
 		p := n.parent
-		if p != nil && p.gone(now, s.cfg.NodeTimeout) && n.status == stCasting && n.pos < p.pos && now.Sub(n.lastMoved) > s.cfg.NodeTimeout {
-			// Its upstream went away after its verdict (it powered off,
-			// say) before the end of the stream reached n: what has not
-			// come by now will not. p's children go to p's upstream.
-			down = append(down, castEvent{kind: evDown, node: p, reason: fmt.Sprintf("left before %s had the whole stream", n.name)})
-			continue
+		if p != nil && p.gone(now, s.cfg.NodeTimeout) && n.status == stCasting && n.pos < p.pos {
+			// Its upstream went away after its verdict before the end of
+			// the stream reached n. One that fell silent lost its power
+			// or its cable: what has not come by now will not. One that
+			// said goodbye waited until n's kernel had it all, so n is
+			// only slow unless it stalls. p's children go further up.
+			wait := s.cfg.NodeTimeout
+			if p.left {
+				wait = s.cfg.StallTimeout
+			}
+			if now.Sub(n.lastMoved) > wait {
+				down = append(down, castEvent{kind: evDown, node: p, reason: fmt.Sprintf("went away before %s had the whole stream", n.name)})
+				continue
+			}
 		}
 		ahead, complete := s.src.sent.Load(), s.src.ended.Load()
 		if p != nil {
@@ -412,9 +435,10 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.castNodes {
-		if n.status != stDone || n.verified || n.reason != "" {
+		if n.status != stDone || n.told || n.reason != "" {
 			continue
 		}
+		n.told = true
 		r := dolly.Result{OK: n.digest == digest.String(), After: s.cfg.After}
 		s.log.Info("verdict", "node", n.name, "ok", r.OK)
 		if r.OK {

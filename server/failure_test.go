@@ -195,9 +195,13 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	// Behind an upstream that has it all, by less than stallMargin.
 	done := finished("done", false)
 	shortOfTheEnd := node("short of the end", done, 100<<20-300<<10, time.Second, 31*time.Second)
-	// Behind an upstream that left: rewired after the node timeout.
+	// Behind an upstream that said goodbye (having waited for its
+	// children's kernels to take the stream): rewired once it stalls,
+	// not when its disk pauses for a few seconds.
 	gone := finished("gone", true)
-	orphan := node("orphan", gone, 99<<20, time.Second, 6*time.Second)
+	orphan := node("orphan", gone, 99<<20, time.Second, 31*time.Second)
+	gone4 := finished("gone4", true)
+	pausing := node("pausing", gone4, 99<<20, time.Second, 6*time.Second)
 	gone2 := finished("gone2", true)
 	hasItAll := node("has it all", gone2, 100<<20, time.Second, 40*time.Second) // syncing its disk
 	gone3 := finished("gone3", true)
@@ -210,7 +214,7 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	heard := finished("heard", false)
 	delivering := node("delivering", heard, 99<<20, time.Second, 6*time.Second)
 	s.castNodes = []*nodeState{healthy, silent, stalled, waiting, slow, done, shortOfTheEnd, gone, orphan, gone2, hasItAll, gone3, tailArriving,
-		mute, orphan2, heard, delivering}
+		mute, orphan2, heard, delivering, gone4, pausing}
 	s.checkNodes(now)
 	close(s.events)
 	got := map[string]string{}
@@ -221,8 +225,8 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 		"silent":           "no word from it",
 		"stalled":          "stalled: no progress",
 		"short of the end": "stalled: no progress for 31s while its upstream was 307.2 kB ahead",
-		"gone":             "left before orphan had the whole stream",
-		"mute":             "left before orphan2 had the whole stream",
+		"gone":             "went away before orphan had the whole stream",
+		"mute":             "went away before orphan2 had the whole stream",
 	}
 	for name, reason := range want {
 		if !strings.Contains(got[name], reason) {

@@ -543,6 +543,8 @@ func (s *Server) registerResumed(c *dolly.Conn, h *dolly.Hello, r *dolly.Resume,
 		}
 		n.conn, n.from, n.dataAddr = c, c.RemoteAddr().String(), dataAddr
 		n.lastHeard = time.Now()
+		// It may have lost the old connection before its verdict came.
+		n.left, n.told = false, false
 		if r.Pos > n.pos {
 			n.pos = r.Pos
 		}

@@ -49,6 +49,7 @@ type nodeState struct {
 	start, end time.Time
 	digest     string
 	verified   bool
+	told       bool // its verdict was sent on its present connection
 
 	// Its place in the tree the cast runs on (parent nil: the source),
 	// which changes as nodes fail.

@@ -226,7 +226,7 @@ func TestChainSurvivesARelayPoweringOffAfterItsVerdict(t *testing.T) {
 			t.Errorf("%s: sha256 %.12s (%v), image %.12s", h.Name, got, err, want)
 		}
 	}
-	for _, w := range []string{"pc01 is out of the cast: left before pc02 had the whole stream", "dolly-server now feeds pc02", "2 of 2 nodes verified"} {
+	for _, w := range []string{"pc01 is gone: went away before pc02 had the whole stream", "dolly-server now feeds pc02", "2 of 2 nodes verified"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("server output lacks %q:\n%s", w, out)
 		}
