@@ -17,6 +17,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // writeOutputs writes the CSV, the Markdown tables and the plots, and
@@ -256,7 +258,20 @@ func plotPerNode(path string, results []result, mbit float64) error {
 	p.X.Label.Text = "nodes"
 	p.Y.Label.Text = "MB/s of image per node (log scale)"
 	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
+	// A tick at each node count of the runs, not at round numbers.
+	var counts []int
+	for _, r := range rows {
+		if !slices.Contains(counts, r.nodes) {
+			counts = append(counts, r.nodes)
+		}
+	}
+	slices.Sort(counts)
+	var ticks plot.ConstantTicks
+	for _, n := range counts {
+		ticks = append(ticks, plot.Tick{Value: float64(n), Label: fmt.Sprint(n)})
+	}
+	p.X.Tick.Marker = ticks
+	p.X.Min, p.X.Max = float64(counts[0])-0.5, float64(counts[len(counts)-1])+0.5
 	var names []string
 	lines := map[string]plotter.XYs{}
 	for _, r := range rows {
@@ -275,7 +290,25 @@ func plotPerNode(path string, results []result, mbit float64) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	// A dozen series and more: the legend goes beside the plot, where it
+	// covers no line.
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	const width, height, legendWidth = 10.5 * vg.Inch, 5 * vg.Inch, 3 * vg.Inch
+	img := vgimg.New(width, height)
+	dc := draw.New(img)
+	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))
+	legend.Draw(draw.Crop(dc, width-legendWidth+vg.Points(6), 0, 0, -vg.Points(24)))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // plotPrediction draws predicted against measured MB/s for dolly's runs.
