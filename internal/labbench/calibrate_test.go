@@ -2,9 +2,12 @@ package main
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"strings"
 	"testing"
+
+	"dolly/capacity"
 )
 
 // chainCost is a synthetic model of a chain of n nodes: a(n) per image
@@ -101,5 +104,22 @@ func TestFitContention(t *testing.T) {
 	dear := castCost{n: 24, perByte: chainCost(24, x, 1) * 1.5}
 	if _, err := fitContention(func(k float64) (float64, error) { return excessOf(chainCost, dear)(x, k) }, dear); err == nil || !strings.Contains(err.Error(), "any contention up to 1") {
 		t.Errorf("a chain dearer than any contention explains: error %v", err)
+	}
+}
+
+func TestMedianRates(t *testing.T) {
+	decode := func(q capacity.Probe) map[string]float64 { return q.DecompressBytesPerSec }
+	probes := []capacity.Probe{
+		{DecompressBytesPerSec: map[string]float64{"zstd": 949e6, "gzip": 300e6}},
+		{DecompressBytesPerSec: map[string]float64{"zstd": 1466e6, "gzip": 310e6}},
+		{DecompressBytesPerSec: map[string]float64{"zstd": 1100e6, "gzip": 290e6}},
+	}
+	got := medianRates(probes, decode)
+	want := map[string]float64{"zstd": 1100e6, "gzip": 300e6}
+	if !maps.Equal(got, want) {
+		t.Errorf("medianRates = %v, want %v", got, want)
+	}
+	if got := medianRates([]capacity.Probe{{}, {}}, decode); got != nil {
+		t.Errorf("medianRates of probes without rates = %v, want nil", got)
 	}
 }
