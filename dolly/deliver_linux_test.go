@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,9 +60,7 @@ func TestRelayDrainedMeansDelivered(t *testing.T) {
 }
 
 // bytesQueued is how many received bytes c's kernel holds unread.
-func bytesQueued(t *testing.T, c interface {
-	SyscallConn() (syscall.RawConn, error)
-}) int {
+func bytesQueued(t *testing.T, c *net.TCPConn) int {
 	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -672,9 +672,9 @@ func (ch *relayChild) finish(clean bool) {
 			// reset). The kernel would deliver what it still queues
 			// after the close too, but only while this host is up, and
 			// a netbooted node powers off next: wait until the child's
-			// kernel has acknowledged it all.
-			// A child that never acknowledges is the server's to notice
-			// (it falls silent, or stops short); Detach cuts the wait.
+			// kernel has acknowledged it all. A child that never does is
+			// the server's to notice (it falls silent, or stops short);
+			// Detach cuts the wait.
 			if cw, ok := ch.conn.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
 			}
