@@ -302,7 +302,8 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		}
 		m := machines[h.Machine]
 		if m == nil {
-			m = &sharedMachine{contention: f.net.Machines[h.Machine].Contention}
+			mc := f.net.Machines[h.Machine]
+			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire()}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -350,6 +351,7 @@ func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) fl
 type sharedMachine struct {
 	hosts             int
 	contention        float64
+	cast              float64 // CPU per raw byte, once for the cast
 	cpu, cpuCap       float64
 	memory, memoryCap float64
 }
@@ -375,7 +377,7 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		return dst
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
-		coef := m.cpu * (1 + m.contention*float64(m.hosts-1))
+		coef := m.cpu*(1+m.contention*float64(m.hosts-1)) + m.cast
 		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts, Coef: coef, Cap: m.cpuCap})
 	}
 	if m.memory > 0 && m.memoryCap > 0 {

@@ -84,6 +84,9 @@ type topologyFile struct {
 
 type machineFile struct {
 	Contention float64 `json:"contention"`
+	// CastCPUPerGB is Machine.CastCost in CPU-seconds per GB (10^9
+	// bytes) of the stream.
+	CastCPUPerGB float64 `json:"cast_cpu_per_gb"`
 }
 
 type switchFile struct {
@@ -177,7 +180,10 @@ func (tf topologyFile) topology() (*Topology, error) {
 		if t.Network.Machines == nil {
 			t.Network.Machines = make(map[string]Machine, len(tf.Machines))
 		}
-		t.Network.Machines[name] = Machine{Contention: m.Contention}
+		if m.CastCPUPerGB < 0 {
+			return nil, fmt.Errorf("machine %s: cast_cpu_per_gb %v: want 0 or more", name, m.CastCPUPerGB)
+		}
+		t.Network.Machines[name] = Machine{Contention: m.Contention, CastCost: m.CastCPUPerGB / 1e9}
 	}
 	if c := tf.Compression; c != nil {
 		if c.Enabled() && c.Codec == "" {

@@ -122,6 +122,8 @@ func TestParseTopologyErrors(t *testing.T) {
 			`, "machines": {"box": {"contention": -0.1}}`), "contention -0.1"},
 		{"contention above 1", topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"}`,
 			`, "machines": {"box": {"contention": 1.5}}`), "want a share from 0 to 1"},
+		{"negative cast cost", topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"}`,
+			`, "machines": {"box": {"cast_cpu_per_gb": -2}}`), "cast_cpu_per_gb -2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,6 +47,13 @@ type Machine struct {
 	// switches, wake-ups and cache misses, which no host's own probe
 	// sees. m hosts cost Σ coefficients · (1 + Contention·(m−1)).
 	Contention float64
+	// CastCost is the CPU time, in seconds per byte the cast sends, that
+	// the machine pays once for the whole cast however many of its hosts
+	// take part: on a box running a chain of emulated hosts, the work of
+	// keeping their pipeline of relays fed (cores left waiting for one
+	// another's wake-ups), which no host's probe sees and which does not
+	// grow with the chain.
+	CastCost float64
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.
@@ -120,6 +127,9 @@ func compile(net Network) (*fabric, error) {
 	for name, m := range net.Machines {
 		if m.Contention < 0 || m.Contention > 1 {
 			return nil, fmt.Errorf("machine %s: contention %v: want a share from 0 to 1", name, m.Contention)
+		}
+		if m.CastCost < 0 {
+			return nil, fmt.Errorf("machine %s: cast cost %v: want 0 or more", name, m.CastCost)
 		}
 	}
 	f.hostSw = make([]int, len(net.Hosts))

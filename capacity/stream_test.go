@@ -164,25 +164,61 @@ func TestMachineContention(t *testing.T) {
 	}
 }
 
+// The cast cost adds the same to the machine's coefficient whatever the
+// number of hosts, per byte on the wire: a compressed stream pays it on
+// its compressed bytes.
+func TestMachineCastCost(t *testing.T) {
+	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB,
+		Decompress: map[string]float64{"zstd": 500 * MB}}}
+	const cast = 2e-9 // 2 CPU-seconds per GB sent
+	tests := []struct {
+		nodes int
+		comp  Compression
+		wire  float64
+	}{{1, Compression{}, 1}, {4, Compression{}, 1}, {8, Compression{}, 1}, {4, Compression{Codec: "zstd", Factor: 4}, 0.25}}
+	for _, tt := range tests {
+		net := oneSwitch(tt.nodes, 1250*MB, res)
+		for i := range net.Hosts {
+			net.Hosts[i].Machine = "box"
+		}
+		plain := find(t, evaluateWith(t, net, Chain(tt.nodes), tt.comp, Options{}), MachineCPULimit, "box")
+		net.Machines = map[string]Machine{"box": {Contention: 0.1, CastCost: cast}}
+		c := find(t, evaluateWith(t, net, Chain(tt.nodes), tt.comp, Options{}), MachineCPULimit, "box")
+		want := plain.Coef*(1+0.1*float64(tt.nodes)) + cast*tt.wire
+		if !near(c.Coef, want) {
+			t.Errorf("%d nodes, %v: coefficient %v, want %v", tt.nodes, tt.comp, c.Coef, want)
+		}
+	}
+}
+
 // A machine's figures are checked where the model takes them, not only
 // in a topology file.
-func TestMachineContentionChecked(t *testing.T) {
-	net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})
-	net.Machines = map[string]Machine{"box": {Contention: -0.5}}
-	_, err := Evaluate(net, Plan{Tree: Chain(2), Hosts: hostNames(net)}, Options{})
-	if err == nil || !strings.Contains(err.Error(), "machine box: contention -0.5") {
-		t.Fatalf("error %v, want the contention refused", err)
+func TestMachineFiguresChecked(t *testing.T) {
+	tests := []struct {
+		m    Machine
+		want string
+	}{
+		{Machine{Contention: -0.5}, "machine box: contention -0.5"},
+		{Machine{CastCost: -1e-9}, "machine box: cast cost -1e-09"},
+	}
+	for _, tt := range tests {
+		net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})
+		net.Machines = map[string]Machine{"box": tt.m}
+		_, err := Evaluate(net, Plan{Tree: Chain(2), Hosts: hostNames(net)}, Options{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: error %v, want %q", tt.m, err, tt.want)
+		}
 	}
 }
 
 func TestParseMachines(t *testing.T) {
 	data := topologyWith(`{"name": "s", "switch": "sw", "link": 1, "role": "source", "profile": "p", "machine": "box"},
-		{"name": "a", "switch": "sw", "link": 1, "profile": "p", "machine": "box"}`, `, "machines": {"box": {"contention": 0.04}}`)
+		{"name": "a", "switch": "sw", "link": 1, "profile": "p", "machine": "box"}`, `, "machines": {"box": {"contention": 0.04, "cast_cpu_per_gb": 2.5}}`)
 	topo, err := ParseTopology([]byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := topo.Network.Machines["box"].Contention; got != 0.04 {
-		t.Fatalf("contention %v, want 0.04", got)
+	if got, want := topo.Network.Machines["box"], (Machine{Contention: 0.04, CastCost: 2.5e-9}); !near(got.Contention, want.Contention) || !near(got.CastCost, want.CastCost) {
+		t.Fatalf("machine %+v, want %+v", got, want)
 	}
 }
