@@ -439,12 +439,19 @@ const TCPEfficiency = 1448.0 / 1514.0
 // run on this one machine and share its CPU and memory.
 const Machine = "lab"
 
+// MachineCosts are what the lab's hosts cost the machine beyond their own
+// figures, as a topology file gives them (see capacity.Machine).
+type MachineCosts struct {
+	Contention   float64 `json:"contention"`      // share more per byte for each other host
+	CastCPUPerGB float64 `json:"cast_cpu_per_gb"` // CPU-seconds per GB sent, once per cast
+}
+
 // Topology describes the lab for dolly's capacity model: switches, trunks,
 // every host with its shaped link, all on one machine. With a probe, every
 // host carries it (they are one machine, measured once); without, a cast
-// fills the hosts in from the nodes' own probes. contention is the
-// machine's (see capacity.Machine), 0 when not measured.
-func (l *Lab) Topology(spec Spec, probe any, contention float64) ([]byte, error) {
+// fills the hosts in from the nodes' own probes. costs are the machine's
+// own, zero when not measured.
+func (l *Lab) Topology(spec Spec, probe any, costs MachineCosts) ([]byte, error) {
 	type host struct {
 		Name    string `json:"name"`
 		Switch  string `json:"switch"`
@@ -461,19 +468,16 @@ func (l *Lab) Topology(spec Spec, probe any, contention float64) ([]byte, error)
 	type sw struct {
 		Name string `json:"name"`
 	}
-	type machine struct {
-		Contention float64 `json:"contention"`
-	}
 	file := struct {
-		Name           string             `json:"name"`
-		Switches       []sw               `json:"switches"`
-		Links          []link             `json:"links,omitempty"`
-		Hosts          []host             `json:"hosts"`
-		Machines       map[string]machine `json:"machines,omitempty"`
-		LinkEfficiency float64            `json:"link_efficiency"`
+		Name           string                  `json:"name"`
+		Switches       []sw                    `json:"switches"`
+		Links          []link                  `json:"links,omitempty"`
+		Hosts          []host                  `json:"hosts"`
+		Machines       map[string]MachineCosts `json:"machines,omitempty"`
+		LinkEfficiency float64                 `json:"link_efficiency"`
 	}{Name: "emulated lab", LinkEfficiency: TCPEfficiency}
-	if contention > 0 {
-		file.Machines = map[string]machine{Machine: {contention}}
+	if costs != (MachineCosts{}) {
+		file.Machines = map[string]MachineCosts{Machine: costs}
 	}
 	switches := spec.Switches
 	if len(switches) == 0 {

@@ -204,6 +204,10 @@ type costFit struct {
 	what        string // for messages
 	get         func(capacity.Probe) float64
 	set         func(*capacity.Probe, float64)
+	// pair says the figure is fitted to chains of two lengths, together
+	// with the machine's cost per cast (what a shorter chain costs beyond
+	// its share of a longer one).
+	pair bool
 	// quiet says the figure stays the probe's, timed on a quiet machine,
 	// as long as the contention can account for what the casts cost: it
 	// also sets a limit of one thread, which sharing cores does not
@@ -215,8 +219,11 @@ var (
 	// The relay's cost per stream byte: what the machine-wide CPU limit of
 	// a larger cast is made of. A lone TCP stream (streamCost) misses the
 	// relays' pipes, wake-ups and context switches, which on a machine
-	// running every host at once are a large part of the cost.
-	relayFit = costFit{compression: "none", what: "stream end",
+	// running every host at once are a large part of the cost. Chains of
+	// 4 and 8 nodes at 1 Gbit/s cost 7.5 and 10.8 CPU-s per GB of image:
+	// about 0.8 a node and 4 for the cast, which the relay's figure alone
+	// cannot split.
+	relayFit = costFit{compression: "none", what: "stream end", pair: true,
 		get: func(p capacity.Probe) float64 { return p.NetStreamBytesPerSec },
 		set: func(p *capacity.Probe, v float64) { p.NetStreamBytesPerSec = v }}
 	// The decoder's cost per raw byte. The probe times one decoder on a
@@ -245,97 +252,119 @@ type castCost struct {
 
 // fitCosts casts img along chains of lo and hi nodes, raw and compressed as
 // the fits say, and fits the figures of the probe the fits name, and the
-// machine's contention, to what the casts cost the machine. Those casts'
-// costs are the limit of the lab's larger casts. It returns the probe with
-// the figures that could be fitted, the contention, and what could not.
+// machine's costs, to what the casts cost the machine. Those casts' costs
+// are the limit of the lab's larger casts. It returns the probe with the
+// figures that could be fitted, the machine's costs, and what could not.
 //
 // For an n-node chain the model's cost per image byte depends on the
-// fitted figure x and the contention k (each host of m on the machine costs
-// 1 + k·(m−1) times its own). It falls as x grows: the fits search x, and
-// the pair searches k, for the cost each chain measured. The last fit's
-// casts give the contention: with its x when it is quiet (its chain of hi
-// nodes), else its x and k together (its chains of lo and hi nodes). The
-// other fits take k and give their x from their chain of hi nodes. The
-// figures depend on one another, so the fits go round a few times; they
-// settle within three.
-//
-// Hosts that share two cores slow each other more than in proportion to
-// their number: a chain of 8 may cost this machine more than twice a chain
-// of 4 per byte. Without k, the fit either misses the smaller casts or the
-// larger ones.
-func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fits []costFit, mbit float64, img image, lo, hi, reps int) (capacity.Probe, float64, error) {
+// fitted figure x and the machine's costs: the contention k (each host of
+// m on the machine costs 1 + k·(m−1) times its own) and the cast cost f
+// (paid once per byte sent). It falls as x grows. A pair fit searches x
+// for the cost of its chain of hi nodes and f for that of its chain of lo
+// nodes; a quiet fit keeps x and searches k for its chain of hi nodes;
+// any other fit searches x alone. The figures depend on one another, so
+// the fits go round a few times; they settle within three.
+func fitCosts(ctx context.Context, env *labEnv, spec lab.Spec, probe capacity.Probe, fits []costFit, mbit float64, img image, lo, hi, reps int) (capacity.Probe, lab.MachineCosts, error) {
+	var mc lab.MachineCosts
 	for _, fit := range fits {
 		if fit.get(probe) <= 0 {
-			return probe, 0, fmt.Errorf("the probe has no %s figure to start from", fit.what)
+			return probe, mc, fmt.Errorf("the probe has no %s figure to start from", fit.what)
 		}
 	}
 	m := newCostModel(ctx, env, spec, img)
-	measured := make([][2]castCost, len(fits))
-	for i, fit := range fits {
-		if i == len(fits)-1 && !fit.quiet { // only the pair fits x and k together
-			c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, lo, reps)
-			if err != nil {
-				return probe, 0, err
-			}
-			measured[i][0] = c
-		}
-		c, err := measureCost(ctx, env, m, probe, fit.compression, mbit, img, hi, reps)
-		if err != nil {
-			return probe, 0, err
-		}
-		measured[i][1] = c
+	// The chains take turns, a cast of each per round: the machine's
+	// speed drifts by 15% over minutes, and the pair's cast cost is the
+	// difference of two chains, which casts minutes apart would make
+	// mostly drift.
+	type chain struct {
+		fit, slot int // measured[fit][slot]
+		n         int
+		casts     []calibrationCast
 	}
-	var k float64
+	var chains []*chain
+	for i, fit := range fits {
+		if fit.pair && lo < hi {
+			chains = append(chains, &chain{fit: i, slot: 0, n: lo})
+		}
+		chains = append(chains, &chain{fit: i, slot: 1, n: hi})
+	}
+	for rep := range reps {
+		for _, c := range chains {
+			cast, err := castForCost(ctx, env, fits[c.fit].compression, mbit, img, c.n, rep)
+			if err != nil {
+				return probe, mc, err
+			}
+			c.casts = append(c.casts, cast)
+		}
+	}
+	measured := make([][2]castCost, len(fits))
+	for _, c := range chains {
+		cost, err := costOf(m, probe, fits[c.fit].compression, c.n, c.casts)
+		if err != nil {
+			return probe, mc, err
+		}
+		measured[c.fit][c.slot] = cost
+	}
 	failed := make([]error, len(fits))
 	for range 5 {
 		for i, fit := range fits {
 			if failed[i] != nil {
 				continue
 			}
-			f, err := fitOneOf(m, probe, fit, k, measured[i], i == len(fits)-1)
+			x, err := fitOneOf(m, probe, fit, &mc, measured[i])
 			if err != nil {
 				failed[i] = fmt.Errorf("%s: %w", fit.what, err)
 				continue
 			}
-			k = f.k // unchanged but for the pair
-			fit.set(&probe, f.x)
+			fit.set(&probe, x)
 		}
 	}
-	return probe, k, errors.Join(failed...)
+	return probe, mc, errors.Join(failed...)
 }
 
-// fitResult is a figure and, from a pair of casts, the contention.
-type fitResult struct{ x, k float64 }
-
-// fitOneOf fits fit's figure to its casts with the model's present
-// figures: with the contention too when pair is set, else at k.
-func fitOneOf(m *costModel, p capacity.Probe, fit costFit, k float64, casts [2]castCost, pair bool) (fitResult, error) {
-	excess := func(c castCost) func(x, k float64) (float64, error) {
-		return func(x, k float64) (float64, error) {
+// fitOneOf fits fit's figure to its casts with the model's present figures
+// and returns it, and updates the machine's cost the fit also gives: the
+// cast cost of a pair, the contention of a quiet fit.
+func fitOneOf(m *costModel, p capacity.Probe, fit costFit, mc *lab.MachineCosts, casts [2]castCost) (float64, error) {
+	excess := func(c castCost) func(x float64, mc lab.MachineCosts) (float64, error) {
+		return func(x float64, mc lab.MachineCosts) (float64, error) {
 			q := p
 			fit.set(&q, x)
-			cost, err := m.cost(q, fit.compression, c.n, k, c.held)
+			cost, err := m.cost(q, fit.compression, c.n, mc, c.held)
 			return cost - c.perByte, err
 		}
 	}
 	x0 := fit.get(p)
-	if pair && fit.quiet {
-		hi := excess(casts[1])
-		k, err := fitContention(func(k float64) (float64, error) { return hi(x0, k) }, casts[1])
+	hi := excess(casts[1])
+	switch {
+	case fit.quiet:
+		k, err := fitContention(func(k float64) (float64, error) {
+			with := *mc
+			with.Contention = k
+			return hi(x0, with)
+		}, casts[1])
 		if !errors.Is(err, errNoContention) {
-			return fitResult{x0, k}, err
+			mc.Contention = k
+			return x0, err
 		}
 		// Slower than the quiet figure even alone: fit the figure.
-		x, err := fitOne(func(x float64) (float64, error) { return hi(x, 0) }, x0, casts[1])
-		return fitResult{x, 0}, err
+		mc.Contention = 0
+		return fitOne(func(x float64) (float64, error) { return hi(x, *mc) }, x0, casts[1])
+	case fit.pair && casts[0].n > 0:
+		lo := excess(casts[0])
+		at := func(f float64) lab.MachineCosts {
+			with := *mc
+			with.CastCPUPerGB = f
+			return with
+		}
+		x, f, err := fitCastPair(func(x, f float64) (float64, error) { return lo(x, at(f)) },
+			func(x, f float64) (float64, error) { return hi(x, at(f)) }, x0, casts[0], casts[1])
+		if err == nil {
+			mc.CastCPUPerGB = f
+		}
+		return x, err
 	}
-	if !pair {
-		hi := excess(casts[1])
-		x, err := fitOne(func(x float64) (float64, error) { return hi(x, k) }, x0, casts[1])
-		return fitResult{x, k}, err
-	}
-	x, k, err := fitPair(excess(casts[0]), excess(casts[1]), x0, casts[0], casts[1])
-	return fitResult{x, k}, err
+	return fitOne(func(x float64) (float64, error) { return hi(x, *mc) }, x0, casts[1])
 }
 
 // costModel evaluates the model's machine coefficient of chains of the lab.
@@ -363,12 +392,13 @@ func newCostModel(ctx context.Context, env *labEnv, spec lab.Spec, img image) *c
 }
 
 // evaluate is the model's result for a chain of n nodes casting the image
-// as compression says, with the lab described by probe and contention.
-func (m *costModel) evaluate(p capacity.Probe, compression string, n int, contention float64) (capacity.Result, error) {
+// as compression says, with the lab described by probe and the machine's
+// costs.
+func (m *costModel) evaluate(p capacity.Probe, compression string, n int, mc lab.MachineCosts) (capacity.Result, error) {
 	if m.err != nil {
 		return capacity.Result{}, m.err
 	}
-	data, err := m.env.lab.Topology(m.spec, p, contention)
+	data, err := m.env.lab.Topology(m.spec, p, mc)
 	if err != nil {
 		return capacity.Result{}, err
 	}
@@ -393,8 +423,8 @@ func (m *costModel) evaluate(p capacity.Probe, compression string, n int, conten
 // cost is the model's cost of a chain of n nodes per image byte, in
 // seconds of the machine's cores: of all its cores at the model's rate for
 // a chain held back by the machine, else the machine's CPU coefficient.
-func (m *costModel) cost(p capacity.Probe, compression string, n int, k float64, held bool) (float64, error) {
-	r, err := m.evaluate(p, compression, n, k)
+func (m *costModel) cost(p capacity.Probe, compression string, n int, mc lab.MachineCosts, held bool) (float64, error) {
+	r, err := m.evaluate(p, compression, n, mc)
 	if err != nil {
 		return 0, err
 	}
@@ -411,7 +441,7 @@ func (m *costModel) cost(p capacity.Probe, compression string, n int, k float64,
 // limits are the machine's cores and the rate every other limit allows a
 // chain of n nodes.
 func (m *costModel) limits(p capacity.Probe, compression string, n int) (cores, others float64, err error) {
-	r, err := m.evaluate(p, compression, n, 0)
+	r, err := m.evaluate(p, compression, n, lab.MachineCosts{})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -476,43 +506,48 @@ func fitOne(excess func(x float64) (float64, error), x0 float64, c castCost) (fl
 	return math.Sqrt(lo * hi), nil
 }
 
-// fitPair is the figure x and the contention k at which the model's costs
-// of both chains are what the casts measured. When the model, fitted to
-// the larger chain without contention, already counts the smaller one's
-// cost or less, there is no contention to fit: k is 0.
-func fitPair(lo, hi func(x, k float64) (float64, error), x0 float64, loCast, hiCast castCost) (x, k float64, err error) {
-	excess := func(k float64) (float64, float64, error) {
-		x, err := fitOne(func(x float64) (float64, error) { return hi(x, k) }, x0, hiCast)
+// fitCastPair is the figure x and the machine's cast cost f (CPU-s per GB
+// sent) at which the model's costs of both chains are what the casts
+// measured. When the model, fitted to the larger chain without a cast
+// cost, already counts the smaller one's cost or more, there is no cast
+// cost to fit: f is 0.
+func fitCastPair(lo, hi func(x, f float64) (float64, error), x0 float64, loCast, hiCast castCost) (x, f float64, err error) {
+	excess := func(f float64) (float64, float64, error) {
+		x, err := fitOne(func(x float64) (float64, error) { return hi(x, f) }, x0, hiCast)
 		if err != nil {
 			return 0, 0, err
 		}
-		e, err := lo(x, k)
+		e, err := lo(x, f)
 		return e, x, err
 	}
 	e, x, err := excess(0)
-	if err != nil || e <= 0 || loCast.n == hiCast.n {
+	if err != nil || e >= 0 || loCast.n == hiCast.n {
 		return x, 0, err
 	}
-	// The figure fitted to the larger chain alone makes the smaller one
-	// dearer than it was: contention weighs on the larger chain more, so
-	// as k grows the figure grows and the smaller chain's cost falls.
-	// Bisect for the root up to the file's bound, 1.
-	kLo, kHi := 0.0, 1.0
-	if e, _, err := excess(kHi); err == nil && e > 0 {
-		return 0, 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, too little next to %d nodes' %.3g for any contention up to 1",
-			loCast.n, loCast.perByte*1e9, hiCast.n, hiCast.perByte*1e9)
-	}
-	for range 30 {
-		k := (kLo + kHi) / 2
-		e, _, err := excess(k)
-		if err != nil || e < 0 {
-			kHi = k
+	// The smaller chain costs more than its share of the larger one. As f
+	// grows, the figure fitted to the larger chain grows, and the smaller
+	// chain, which has fewer hosts to gain by it, costs more. Bisect for
+	// the root below a cost per GB sent that would leave the larger chain
+	// nothing for its hosts: there the figure is out of reach.
+	fLo, fHi := 0.0, 64*hiCast.perByte*1e9
+	for range 50 {
+		f := (fLo + fHi) / 2
+		e, _, err := excess(f)
+		if err != nil || e > 0 {
+			fHi = f
 		} else {
-			kLo = k
+			fLo = f
 		}
 	}
-	x, err = fitOne(func(x float64) (float64, error) { return hi(x, kLo) }, x0, hiCast)
-	return x, kLo, err
+	// The root, or the edge of reach if there is none.
+	if e, x, err = excess(fLo); err != nil {
+		return 0, 0, err
+	}
+	if e < -1e-3*loCast.perByte {
+		return 0, 0, fmt.Errorf("the chain of %d nodes cost %.3g CPU-s per GB, too much next to %d nodes' %.3g for any cast cost",
+			loCast.n, loCast.perByte*1e9, hiCast.n, hiCast.perByte*1e9)
+	}
+	return x, fLo, nil
 }
 
 // errNoContention says a cast cost no more than the model counts without
@@ -553,42 +588,46 @@ func fitContention(excess func(k float64) (float64, error), c castCost) (float64
 	return (lo + hi) / 2, nil
 }
 
-// measureCost casts img along a chain of n nodes reps times and returns
-// the machine's time per image byte at the median rate. A chain that fell
-// well short of every limit but the machine's CPU was held back by the
-// machine: all its cores count, the moments they sat idle too (on this
-// machine a busy core waits for a sleeping one to wake, the more so the
-// more hosts hand bytes to each other). Any other counts its busy cores.
-func measureCost(ctx context.Context, env *labEnv, m *costModel, p capacity.Probe, compression string, mbit float64, img image, n, reps int) (castCost, error) {
+// A calibrationCast is one calibration cast's rate, in image bytes per
+// second, and the machine's cores busy while the image moved.
+type calibrationCast struct{ rate, busy float64 }
+
+// castForCost casts img along a chain of n nodes once, for a cost.
+func castForCost(ctx context.Context, env *labEnv, compression string, mbit float64, img image, n, rep int) (calibrationCast, error) {
+	logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d-%d", mbit, compression, n, rep))
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return calibrationCast{}, err
+	}
+	r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: compression, nodes: n, mbit: mbit, image: img.name}
+	trace := traceCPU(50 * time.Millisecond)
+	res, err := env.dolly(ctx, r, img, logDir)
+	samples := trace()
+	syscall.Sync()
+	if err != nil {
+		return calibrationCast{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+	}
+	span := time.Duration(res.seconds * float64(time.Second))
+	busy, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
+	if err != nil {
+		return calibrationCast{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
+	}
+	c := calibrationCast{rate: float64(img.size) / res.seconds, busy: busy}
+	fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy\n", n, compression, c.rate/1e6, busy)
+	return c, nil
+}
+
+// costOf is the machine's time per image byte of a chain of n nodes at
+// the median rate of its casts. A chain that fell well short of every
+// limit but the machine's CPU was held back by the machine: all its cores
+// count, the moments they sat idle too (on this machine a busy core waits
+// for a sleeping one to wake, the more so the more hosts hand bytes to
+// each other). Any other counts its busy cores.
+func costOf(m *costModel, p capacity.Probe, compression string, n int, casts []calibrationCast) (castCost, error) {
 	cores, others, err := m.limits(p, compression, n)
 	if err != nil {
 		return castCost{}, err
 	}
-	type cast struct{ rate, busy float64 }
-	var casts []cast
-	for rep := range reps {
-		logDir := filepath.Join(env.opts.work, fmt.Sprintf("calibrate-%vmbit-%s-%d-%d", mbit, compression, n, rep))
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			return castCost{}, err
-		}
-		r := runSpec{method: "dolly", topology: "chain", fanout: 1, compression: compression, nodes: n, mbit: mbit, image: img.name}
-		trace := traceCPU(50 * time.Millisecond)
-		res, err := env.dolly(ctx, r, img, logDir)
-		samples := trace()
-		syscall.Sync()
-		if err != nil {
-			return castCost{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
-		}
-		span := time.Duration(res.seconds * float64(time.Second))
-		busy, err := samples.cores(env.castEnd.Add(-span*4/5), env.castEnd.Add(-span/5))
-		if err != nil {
-			return castCost{}, fmt.Errorf("calibration cast of %d nodes: %w", n, err)
-		}
-		c := cast{rate: float64(img.size) / res.seconds, busy: busy}
-		casts = append(casts, c)
-		fmt.Printf("labbench: calibration: chain of %d, %s: %.1f MB/s, %.2f cores busy\n", n, compression, c.rate/1e6, busy)
-	}
-	mid := medianBy(casts, func(c cast) float64 { return c.rate })
+	mid := medianBy(casts, func(c calibrationCast) float64 { return c.rate })
 	used, how := mid.busy, "busy cores"
 	if mid.rate < 0.9*others {
 		used, how = cores, fmt.Sprintf("all %g cores: held back by the machine, links allow %.0f MB/s", cores, others/1e6)

@@ -24,58 +24,62 @@ func excessOf(cost func(n int, x, k float64) float64, c castCost) func(x, k floa
 	return func(x, k float64) (float64, error) { return cost(c.n, x, k) - c.perByte, nil }
 }
 
-// The fit finds the figure and the contention that made two chains cost
-// what they did.
-func TestFitPair(t *testing.T) {
+// castChain is chainCost without contention and with a cast cost of f
+// CPU-s per GB sent, for a stream of 0.35 wire bytes per image byte.
+func castChain(n int, x, f float64) float64 { return f*1e-9*0.35 + chainCost(n, x, 0) }
+
+// The pair fit finds the figure and the cast cost that made two chains
+// cost what they did.
+func TestFitCastPair(t *testing.T) {
 	// pieced is a chain that a link holds back on 40% of the image, at a
 	// cost of 3e-9 per byte, whatever the figure: the model's rate over
 	// pieces, as the cost of all the machine's cores.
-	pieced := func(n int, x, k float64) float64 {
-		return 0.4*max(chainCost(n, x, k), 3e-9) + 0.6*chainCost(n, x, k)
+	pieced := func(n int, x, f float64) float64 {
+		return 0.4*max(castChain(n, x, f), 3e-9) + 0.6*castChain(n, x, f)
 	}
 	tests := []struct {
 		name   string
-		cost   func(n int, x, k float64) float64
-		x, k   float64
+		cost   func(n int, x, f float64) float64
+		x, f   float64
 		lo, hi int
 	}{
-		{"no contention", chainCost, 900e6, 0, 4, 8},
-		{"some", chainCost, 900e6, 0.04, 4, 8},
-		{"much", chainCost, 1500e6, 0.3, 12, 24},
-		{"pieces, held back by a link in part", pieced, 900e6, 0.04, 4, 8},
+		{"no cast cost", castChain, 900e6, 0, 4, 8},
+		{"some", castChain, 900e6, 4, 4, 8},
+		{"much", castChain, 1500e6, 30, 12, 24},
+		{"pieces, held back by a link in part", pieced, 900e6, 4, 4, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lo := castCost{n: tt.lo, perByte: tt.cost(tt.lo, tt.x, tt.k)}
-			hi := castCost{n: tt.hi, perByte: tt.cost(tt.hi, tt.x, tt.k)}
+			lo := castCost{n: tt.lo, perByte: tt.cost(tt.lo, tt.x, tt.f)}
+			hi := castCost{n: tt.hi, perByte: tt.cost(tt.hi, tt.x, tt.f)}
 			// Start the search from a figure well off, as a probe is.
-			x, k, err := fitPair(excessOf(tt.cost, lo), excessOf(tt.cost, hi), tt.x/3, lo, hi)
+			x, f, err := fitCastPair(excessOf(tt.cost, lo), excessOf(tt.cost, hi), tt.x/3, lo, hi)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(x-tt.x)/tt.x > 1e-5 || math.Abs(k-tt.k) > 1e-5 {
-				t.Fatalf("fitted x %.6g, k %.6g; want %.6g, %.6g", x, k, tt.x, tt.k)
+			if math.Abs(x-tt.x)/tt.x > 1e-5 || math.Abs(f-tt.f) > 1e-4*max(tt.f, 1) {
+				t.Fatalf("fitted x %.6g, f %.6g; want %.6g, %.6g", x, f, tt.x, tt.f)
 			}
 		})
 	}
 }
 
-// A smaller chain that costs more than the larger one's figure predicts
-// needs no contention; one that costs too little for any is an error, and
-// so is a chain outside what any figure in reach can explain.
-func TestFitPairBounds(t *testing.T) {
-	linear := func(n int, x, k float64) float64 { return (1 + k*float64(n)) * float64(n) / x }
-	lo := castCost{n: 4, perByte: 5e-9}
-	hi := castCost{n: 8, perByte: 8e-9} // 1e-9 a node: the chain of 4 costs more
-	x, k, err := fitPair(excessOf(linear, lo), excessOf(linear, hi), 2e9, lo, hi)
-	if err != nil || k != 0 || math.Abs(x-1e9) > 1e3 {
-		t.Fatalf("x %v, k %v, err %v; want 1e9, 0, nil", x, k, err)
+// A smaller chain that costs no more than its share of the larger one
+// needs no cast cost; one that costs too much for any is an error, and so
+// is a chain outside what any figure in reach can explain.
+func TestFitCastPairBounds(t *testing.T) {
+	linear := func(n int, x, f float64) float64 { return f*1e-9 + float64(n)/x }
+	lo := castCost{n: 4, perByte: 3e-9}
+	hi := castCost{n: 8, perByte: 8e-9} // 1e-9 a node: the chain of 4 costs less
+	x, f, err := fitCastPair(excessOf(linear, lo), excessOf(linear, hi), 2e9, lo, hi)
+	if err != nil || f != 0 || math.Abs(x-1e9) > 1e3 {
+		t.Fatalf("x %v, f %v, err %v; want 1e9, 0, nil", x, f, err)
 	}
-	lo.perByte = 0.1e-9
-	if _, _, err := fitPair(excessOf(linear, lo), excessOf(linear, hi), 1e9, lo, hi); err == nil || !strings.Contains(err.Error(), "too little") {
-		t.Fatalf("error %v, want the chain of 4 found too cheap", err)
+	lo.perByte = 9e-9 // dearer than the chain of 8
+	if _, _, err := fitCastPair(excessOf(linear, lo), excessOf(linear, hi), 1e9, lo, hi); err == nil || !strings.Contains(err.Error(), "too much") {
+		t.Fatalf("error %v, want the chain of 4 found too dear", err)
 	}
-	withRest := func(n int, x, k float64) float64 { return 9e-9 + float64(n)/x }
+	withRest := func(n int, x, f float64) float64 { return 9e-9 + float64(n)/x }
 	if _, err := fitOne(func(x float64) (float64, error) { return excessOf(withRest, hi)(x, 0) }, 1e9, hi); err == nil || !strings.Contains(err.Error(), "less than the model counts") {
 		t.Fatalf("error %v, want a cast cheaper than the model's rest refused", err)
 	}

@@ -187,7 +187,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	fmt.Printf("labbench: lab probed: write path %.0f MB/s, TCP stream %.0f MB/s, copy %.0f MB/s, zstd decode %.0f MB/s per core\n",
 		probe.DiskWriteCPUBytesPerSec/1e6, probe.NetStreamBytesPerSec/1e6, probe.MemcpyBytesPerSec/1e6, probe.DecompressBytesPerSec["zstd"]/1e6)
-	topo, err := l.Topology(spec, probe, 0)
+	topo, err := l.Topology(spec, probe, lab.MachineCosts{})
 	if err != nil {
 		return nil, err
 	}
@@ -201,32 +201,32 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		reps = 1
 	}
 	if len(l.Nodes) >= 2 {
-		// All of the lab (and half of it for the pair fit of raw-only
-		// runs): the costs of the larger casts, where the machine's CPU
-		// limits the rate.
+		// All of the lab, and half of it for the relay's pair: the costs
+		// of the larger casts, where the machine's CPU limits the rate.
 		img, hi := images[g.mainImage()], len(l.Nodes)
 		lo := max(1, hi/2)
 		fits := []costFit{relayFit}
 		if slices.ContainsFunc(g.runs, func(r runSpec) bool { return r.method == "dolly" && r.compression == "zstd" }) {
 			fits = append(fits, decodeFit)
 		}
-		fitted, contention, err := fitCosts(ctx, env, spec, probe, fits, g.mbit, img, lo, hi, reps)
+		fitted, costs, err := fitCosts(ctx, env, spec, probe, fits, g.mbit, img, lo, hi, reps)
 		if err != nil {
 			// The runs still tell what they measure; only the model keeps
 			// the quiet machine's figure for what could not be fitted.
 			fmt.Printf("labbench: warning: calibration by casts: %v\n", err)
 		}
-		casts := fmt.Sprintf("%d to %d nodes", lo, hi)
-		if fits[len(fits)-1].quiet {
-			casts = fmt.Sprintf("%d nodes", hi)
-		}
 		for _, fit := range fits {
+			casts := fmt.Sprintf("%d nodes", hi)
+			if fit.pair && lo < hi {
+				casts = fmt.Sprintf("%d and %d nodes", lo, hi)
+			}
 			fmt.Printf("labbench: casts of %s of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
 				casts, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
 		}
-		fmt.Printf("labbench: contention: each host costs %.1f%% more per byte for every other host of the cast\n", contention*100)
+		fmt.Printf("labbench: machine: %.2f CPU-s per GB sent, once per cast; each host costs %.1f%% more per byte for every other host of the cast\n",
+			costs.CastCPUPerGB, costs.Contention*100)
 		probe = fitted
-		if topo, err = l.Topology(spec, probe, contention); err != nil {
+		if topo, err = l.Topology(spec, probe, costs); err != nil {
 			return nil, err
 		}
 		if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
