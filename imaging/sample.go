@@ -117,6 +117,10 @@ func (t timing) rate() float64 {
 	return float64(t.bytes) / t.cpu.Seconds()
 }
 
+// sampleWarmup is how much of the sample is decoded, untimed, before each
+// timed piece of it.
+const sampleWarmup = 256 << 10
+
 // gaugeShare is the most CPU the sample may take against the image's: it
 // is decoded between pieces only while it has had less than this share,
 // which spreads it evenly over the image's decoding at an eighth of its
@@ -152,6 +156,14 @@ func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	if g.sample != nil && n > 0 && g.image.cpu > 0 && g.ref.cpu*gaugeShare <= g.image.cpu {
 		if len(g.spare) < n {
 			g.spare = make([]byte, n)
+		}
+		// Untimed, the warm-up brings the sample decoder's state back
+		// into the caches the image's piece took: a node's decoder runs
+		// warm, and a cold one timed on a busy machine read the factor
+		// several percent high.
+		if _, werr := g.sample.Decode(g.spare[:min(n, sampleWarmup)]); werr != nil {
+			g.close()
+			return n, err
 		}
 		t := g.cpu()
 		m, serr := g.sample.Decode(g.spare[:n])

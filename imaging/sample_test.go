@@ -52,9 +52,10 @@ func (c *fakeCPU) spend(n int, rate float64) {
 }
 
 type fakeImage struct {
-	cpu  *fakeCPU
-	rate float64
-	left int
+	cpu   *fakeCPU
+	rate  float64
+	left  int
+	cools *fakeSample // its state leaves the caches each piece; may be nil
 }
 
 func (f *fakeImage) Read(p []byte) (int, error) {
@@ -64,34 +65,51 @@ func (f *fakeImage) Read(p []byte) (int, error) {
 	n := min(len(p), f.left)
 	f.left -= n
 	f.cpu.spend(n, f.rate)
+	if f.cools != nil {
+		f.cools.warm = 0
+	}
 	return n, nil
 }
 
+// fakeSample decodes at rate, but the first 64 KiB after the image's
+// decoder ran cost coldPenalty as much: its state is out of the caches.
 type fakeSample struct {
-	cpu    *fakeCPU
-	rate   float64
-	closed bool
+	cpu         *fakeCPU
+	rate        float64
+	coldPenalty float64
+	warm        int // bytes decoded since the image's last piece
+	closed      bool
 }
 
-func (f *fakeSample) Decode(p []byte) (int, error) { f.cpu.spend(len(p), f.rate); return len(p), nil }
-func (f *fakeSample) Close() error                 { f.closed = true; return nil }
+func (f *fakeSample) Decode(p []byte) (int, error) {
+	f.cpu.spend(len(p), f.rate)
+	if cold := max(0, min(len(p), 64<<10-f.warm)); cold > 0 && f.coldPenalty > 1 {
+		f.cpu.spend(cold, f.rate/(f.coldPenalty-1))
+	}
+	f.warm += len(p)
+	return len(p), nil
+}
+func (f *fakeSample) Close() error { f.closed = true; return nil }
 
 func TestDecodeGauge(t *testing.T) {
 	tests := []struct {
 		name                   string
 		imageRate, sampleRate  float64
 		imageBytes, pieceBytes int
+		coldPenalty            float64 // of the sample's first bytes after an image piece
 	}{
-		{"image decodes faster", 3e9, 1e9, 256 << 20, 1 << 20},
-		{"image decodes slower", 0.5e9, 1e9, 64 << 20, 1 << 20},
-		{"one piece", 1e9, 1e9, 100 << 10, 1 << 20},
+		{"image decodes faster", 3e9, 1e9, 256 << 20, 1 << 20, 0},
+		{"image decodes slower", 0.5e9, 1e9, 64 << 20, 1 << 20, 0},
+		{"one piece", 1e9, 1e9, 100 << 10, 1 << 20, 0},
+		// Timed cold, the sample would read 16% slow.
+		{"sample cold after each image piece", 1e9, 1e9, 64 << 20, 1 << 20, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cpu := &fakeCPU{}
-			sample := &fakeSample{cpu: cpu, rate: tt.sampleRate}
+			sample := &fakeSample{cpu: cpu, rate: tt.sampleRate, coldPenalty: tt.coldPenalty}
 			g := &decodeGauge{cpu: cpu.clock, sample: sample}
-			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: tt.imageBytes}
+			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: tt.imageBytes, cools: sample}
 			buf := make([]byte, tt.pieceBytes)
 			var read int
 			for {
