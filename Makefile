@@ -45,7 +45,7 @@ fuzz:
 demo: build
 	$(GO) run ./internal/demo -bin $(BIN)
 
-## bench: the emulated-lab matrix, dolly against udpcast and nc (root, about 45 minutes)
+## bench: the emulated-lab matrix, dolly against udpcast and nc (root, 30-45 minutes)
 bench: build
 	$(GO) run ./internal/labbench -bin $(BIN) -out bench/out
 

@@ -46,7 +46,7 @@ func run() error {
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding dolly and dolly-server")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for results")
 	flag.StringVar(&o.work, "work", "", "directory for images, disks and logs (default: a temporary one)")
-	flag.BoolVar(&o.quick, "quick", false, "the quick subset (about 5 minutes) instead of the full matrix (about 45 minutes)")
+	flag.BoolVar(&o.quick, "quick", false, "the quick subset (3-5 minutes) instead of the full matrix (30-45 minutes)")
 	only := flag.String("only", "", "run only the runs whose description matches this regular expression, e.g. \"2-tree\" or \"chain +none +(1|24) nodes +100\"")
 	flag.Parse()
 	if err := lab.Available(); err != nil {
