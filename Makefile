@@ -32,9 +32,9 @@ fuzz1 = out=$$($(FUZZ) -fuzz '^$(1)$$' ./$(2) 2>&1); rc=$$?; printf '%s\n' "$$ou
 		echo "$(1): passed; ignoring Go's end-of-fuzztime race (go.dev/issue/75804)"; rc=0; fi; exit $$rc
 .PHONY: fuzz
 fuzz:
-	@$(call fuzz1,FuzzReadMessage,dolly)
-	@$(call fuzz1,FuzzParseStreamHeader,dolly)
-	@$(call fuzz1,FuzzReceive,dolly)
+	@$(call fuzz1,FuzzReadMessage,dolly/control)
+	@$(call fuzz1,FuzzParseStreamHeader,dolly/stream)
+	@$(call fuzz1,FuzzReceive,dolly/stream)
 	@$(call fuzz1,FuzzDetect,imaging)
 	@$(call fuzz1,FuzzOpenImage,imaging)
 	@$(call fuzz1,FuzzSparseWriter,imaging)

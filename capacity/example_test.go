@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"dolly/capacity"
+	"dolly/internal/units"
 )
 
 // A server plans a cast from the probes its nodes sent when they joined.
@@ -74,7 +75,7 @@ func ExampleEvaluate() {
 
 func ExampleParseRate() {
 	for _, s := range []string{"12.5MB/s", "100Mbit", "1Gbit", "4GB/s", "1MiB/s", "125000000"} {
-		r, err := capacity.ParseRate(s)
+		r, err := units.ParseRate(s)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"dolly/internal/units"
 )
 
 // Image is an image file (or a block device) opened as the source of a cast.
@@ -142,7 +144,7 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 			}
 			if rerr != nil {
 				scanErr = fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
-					im.Path, im.Encoding, FormatBytes(cr.n), FormatBytes(im.StreamSize), FormatBytes(d.Len()), rerr)
+					im.Path, im.Encoding, units.FormatBytes(cr.n), units.FormatBytes(im.StreamSize), units.FormatBytes(d.Len()), rerr)
 				return
 			}
 		}

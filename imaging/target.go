@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"dolly/internal/units"
 )
 
 // TargetInfo describes a target before anything is written to it.
@@ -103,7 +105,7 @@ func CheckTarget(path string, need int64) (TargetInfo, error) {
 		if !info.Block {
 			hint = "pick a larger target, or remove the file so dolly creates it"
 		}
-		have, want := FormatBytes(info.Size), FormatBytes(need)
+		have, want := units.FormatBytes(info.Size), units.FormatBytes(need)
 		if have == want {
 			have, want = fmt.Sprintf("%d bytes", info.Size), fmt.Sprintf("%d bytes", need)
 		}
@@ -143,7 +145,7 @@ func OpenTarget(path string, size int64, opts TargetOptions) (*Target, error) {
 		if err := f.Truncate(size); err != nil {
 			f.Close()
 			os.Remove(path)
-			return nil, fmt.Errorf("target %s: sizing to %s: %w", path, FormatBytes(size), err)
+			return nil, fmt.Errorf("target %s: sizing to %s: %w", path, units.FormatBytes(size), err)
 		}
 	}
 	t := &Target{Path: path, f: f, block: info.Block, limit: size}

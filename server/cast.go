@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/control"
 	"dolly/imaging"
+	"dolly/internal/natural"
+	"dolly/internal/units"
 )
 
 // castPlan is a logical topology with its vertices bound to nodes: vertex 0
@@ -114,7 +116,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 		return imaging.Digest{}, err
 	}
 	if skip > 0 {
-		fmt.Fprintf(s.cfg.Out, "every node has the first %s of the stream already: sending the rest\n", imaging.FormatBytes(skip))
+		fmt.Fprintf(s.cfg.Out, "every node has the first %s of the stream already: sending the rest\n", units.FormatBytes(skip))
 	}
 	s.src = src
 	srcCtx, stopSource := context.WithCancel(ctx)
@@ -124,11 +126,11 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 
 	for v := 1; v < len(kids); v++ {
 		n := p.nodes[v-1]
-		a := dolly.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
+		a := control.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
 		for _, w := range kids[v] {
-			a.Children = append(a.Children, dolly.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
+			a.Children = append(a.Children, control.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
 		}
-		if err := n.conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a}); err != nil {
+		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
 			s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
 		}
 	}
@@ -273,7 +275,7 @@ func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 		fmt.Fprintf(s.cfg.Out, "  %s is gone: %s", x.name, reason)
 	} else {
 		fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
-		x.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "taken out of the cast: " + reason})
+		x.conn.Send(control.Message{Type: control.MsgAbort, Reason: "taken out of the cast: " + reason})
 	}
 	if len(kids) > 0 {
 		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", upName, joinNames(kids, 8))
@@ -282,7 +284,7 @@ func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 	if par == nil {
 		s.src.detach(ctx, x.name)
 	} else {
-		par.conn.Send(dolly.Message{Type: dolly.MsgDetach, Peer: &dolly.Peer{Name: x.name}})
+		par.conn.Send(control.Message{Type: control.MsgDetach, Peer: &control.Peer{Name: x.name}})
 	}
 	for _, k := range kids {
 		s.attachTo(ctx, p, k)
@@ -296,8 +298,8 @@ func (s *Server) attachTo(ctx context.Context, p, k *nodeState) {
 		s.attachToSource(ctx, k)
 		return
 	}
-	peer := dolly.Peer{Name: k.name, Addr: k.dataAddr}
-	if err := p.conn.Send(dolly.Message{Type: dolly.MsgAttach, Peer: &peer}); err != nil {
+	peer := control.Peer{Name: k.name, Addr: k.dataAddr}
+	if err := p.conn.Send(control.Message{Type: control.MsgAttach, Peer: &peer}); err != nil {
 		s.post(castEvent{kind: evAttachFailed, node: p, child: k.name, reason: err.Error()})
 	}
 }
@@ -342,8 +344,8 @@ func (s *Server) appendNode(ctx context.Context, n *nodeState) {
 		where = tail.name
 	}
 	fmt.Fprintf(s.cfg.Out, "  %s is back: %s sends it the rest from byte %d\n", n.name, where, n.pos)
-	a := dolly.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
-	n.conn.Send(dolly.Message{Type: dolly.MsgAssign, Assign: &a})
+	a := control.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
+	n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a})
 	s.attachTo(ctx, tail, n)
 }
 
@@ -388,10 +390,10 @@ func (s *Server) checkNodes(now time.Time) {
 		behind := ahead - n.pos
 		if n.status == stCasting && now.Sub(n.lastMoved) > s.cfg.StallTimeout && (behind > stallMargin || complete && behind > 0) {
 			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("stalled: no progress for %s while its upstream was %s ahead",
-				formatDuration(now.Sub(n.lastMoved)), imaging.FormatBytes(behind))})
+				formatDuration(now.Sub(n.lastMoved)), units.FormatBytes(behind))})
 		}
 	}
-	conns := make([]*dolly.Conn, 0, len(s.castNodes))
+	conns := make([]*control.Conn, 0, len(s.castNodes))
 	for _, n := range s.castNodes {
 		if !n.finished() || n.status == stDone {
 			conns = append(conns, n.conn)
@@ -399,7 +401,7 @@ func (s *Server) checkNodes(now time.Time) {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.Send(dolly.Message{Type: dolly.MsgPing})
+		c.Send(control.Message{Type: control.MsgPing})
 	}
 	for _, e := range down {
 		s.post(e)
@@ -439,7 +441,7 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 			continue
 		}
 		n.told = true
-		r := dolly.Result{OK: n.digest == digest.String(), After: s.cfg.After}
+		r := control.Result{OK: n.digest == digest.String(), After: s.cfg.After}
 		s.log.Info("verdict", "node", n.name, "ok", r.OK)
 		if r.OK {
 			n.verified = true
@@ -449,7 +451,7 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 			n.status = stFailed
 			r.Message = n.reason
 		}
-		if err := n.conn.Send(dolly.Message{Type: dolly.MsgResult, Result: &r}); err != nil {
+		if err := n.conn.Send(control.Message{Type: control.MsgResult, Result: &r}); err != nil {
 			s.log.Warn("sending verdict", "node", n.name, "err", err)
 		}
 	}
@@ -501,13 +503,7 @@ func (s *Server) resumePlan(ready []*nodeState) (Choice, error) {
 	}
 	order := append([]*nodeState(nil), ready...)
 	slices.SortStableFunc(order, func(a, b *nodeState) int {
-		if c := cmp.Compare(b.pos, a.pos); c != 0 {
-			return c
-		}
-		if naturalLess(a.name, b.name) {
-			return -1
-		}
-		return 1
+		return cmp.Or(cmp.Compare(b.pos, a.pos), natural.Compare(a.name, b.name))
 	})
 	names := []string{SourceName}
 	for _, n := range order {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/node"
 	"dolly/imaging"
 	"dolly/internal/testimage"
 )
@@ -69,7 +69,7 @@ func runCast(t *testing.T, cfg Config, targets []string, probe bool) castResult 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, res.nodeErrs[i] = dolly.RunNode(ctx, dolly.NodeConfig{
+			_, res.nodeErrs[i] = node.Run(ctx, node.Config{
 				Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
 				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: !probe,
 			})

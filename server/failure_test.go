@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/control"
+	"dolly/dolly/node"
 	"dolly/internal/testimage"
 )
 
@@ -113,7 +114,7 @@ func TestFailedCastLeaksNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, nodeErrs[i] = dolly.RunNode(nctx, dolly.NodeConfig{Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
+			_, nodeErrs[i] = node.Run(nctx, node.Config{Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
 				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: true})
 		}()
 	}
@@ -165,7 +166,7 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{}}
 	s.src.sent.Store(100 << 20)
-	conn := func() *dolly.Conn {
+	conn := func() *control.Conn {
 		a, b := net.Pipe()
 		t.Cleanup(func() { a.Close(); b.Close() })
 		go func() { // the node's end: take the pings
@@ -176,7 +177,7 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 				}
 			}
 		}()
-		return dolly.NewConn(a)
+		return control.NewConn(a)
 	}
 	node := func(name string, parent *nodeState, pos int64, heard, moved time.Duration) *nodeState {
 		return &nodeState{name: name, conn: conn(), status: stCasting, inTree: true, parent: parent, pos: pos,

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/probe"
 	"dolly/imaging"
 )
 
@@ -50,7 +50,7 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		if _, speed, err := dolly.NICSpeed(ip); err == nil {
+		if _, speed, err := probe.NICSpeed(ip); err == nil {
 			src.NICBytesPerSec = speed
 		} else {
 			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
@@ -62,7 +62,7 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 	machineOf := []string{""}
 	if len(ready) > 0 {
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		machineOf[0] = machineKey(dolly.MACs(), ip.String())
+		machineOf[0] = machineKey(probe.MACs(), ip.String())
 	}
 	for _, n := range ready {
 		machineOf = append(machineOf, n.machine)

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/probe"
 	"dolly/imaging"
 )
 
@@ -250,7 +250,7 @@ func probeFor(name string, p *capacity.Probe) capacity.Probe {
 }
 
 // sourceProbe turns the server's own report into the source's probe.
-func sourceProbe(r dolly.ProbeReport) capacity.Probe {
+func sourceProbe(r probe.Report) capacity.Probe {
 	p := r.Probe
 	p.Hostname = SourceName
 	return p

@@ -6,8 +6,8 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +19,12 @@ import (
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/castkey"
+	"dolly/dolly/control"
+	"dolly/dolly/probe"
+	"dolly/dolly/stream"
 	"dolly/imaging"
+	"dolly/internal/units"
 )
 
 // Config configures one cast.
@@ -46,7 +50,7 @@ type Config struct {
 	// Key is the cast key: only nodes that prove they know it join, and
 	// every frame carries a tag under it. Encrypt also encrypts the
 	// frames (a keyed cast only).
-	Key     dolly.Key
+	Key     castkey.Key
 	Encrypt bool
 	// After is what netbooted nodes do once verified: "reboot",
 	// "poweroff", "shell" or "" (the node program just exits).
@@ -80,7 +84,7 @@ func (c *Config) defaults() {
 		c.Listen = DefaultListen
 	}
 	if c.FrameSize == 0 {
-		c.FrameSize = dolly.DefaultFrameSize
+		c.FrameSize = stream.DefaultFrameSize
 	}
 	if c.Compress == "" {
 		c.Compress = CompressAuto
@@ -152,7 +156,7 @@ type Server struct {
 	log  *slog.Logger
 	img  *imaging.Image
 	ln   net.Listener
-	cast dolly.CastID
+	cast stream.CastID
 
 	mu      sync.Mutex
 	nodes   []*nodeState // in join order
@@ -166,12 +170,12 @@ type Server struct {
 	profile imaging.Profile // what the model needs of the image, once scanned
 
 	probed chan struct{} // closed once the source's own probe is done
-	probe  dolly.ProbeReport
+	probe  probe.Report
 
 	fingerprint string // of the image, for nodes that come back
 	// resume is set when the nodes bring a cast under way: a restarted
 	// server takes it up where it was.
-	resume *dolly.Resume
+	resume *control.Resume
 
 	// The cast as it runs.
 	events     chan castEvent
@@ -189,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if _, err := rand.Read(s.cast[:]); err != nil {
 		return Summary{}, err
 	}
-	if err := dolly.CheckFrameSize(cfg.FrameSize); err != nil {
+	if err := stream.CheckFrameSize(cfg.FrameSize); err != nil {
 		return Summary{}, err
 	}
 	img, err := imaging.OpenImage(cfg.Image)
@@ -235,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 func (s *Server) run(ctx context.Context) (Summary, error) {
 	sum := Summary{Image: s.cfg.Image}
 	fmt.Fprintf(s.cfg.Out, "dolly-server: image %s (%s, %s stored), listening on %s\n",
-		s.cfg.Image, s.img.Encoding, imaging.FormatBytes(s.img.StreamSize), s.ln.Addr())
+		s.cfg.Image, s.img.Encoding, units.FormatBytes(s.img.StreamSize), s.ln.Addr())
 	if s.cfg.Nodes > 0 {
 		fmt.Fprintf(s.cfg.Out, "waiting for %d nodes to join\n", s.cfg.Nodes)
 	} else {
@@ -322,14 +326,14 @@ func (s *Server) scanImage(ctx context.Context) error {
 	err := s.img.Scan(ctx, func(raw int64) {
 		if now := time.Now(); now.Sub(last) >= s.cfg.ProgressEvery {
 			last = now
-			fmt.Fprintf(s.cfg.Out, "  scanned %s so far\n", imaging.FormatBytes(raw))
+			fmt.Fprintf(s.cfg.Out, "  scanned %s so far\n", units.FormatBytes(raw))
 		}
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(s.cfg.Out, "  %s decodes to %s (compression factor %.2f) in %s\n", s.cfg.Image,
-		imaging.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
+		units.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
 	return nil
 }
 
@@ -339,7 +343,7 @@ func (s *Server) probeSelf(ctx context.Context) {
 	if s.cfg.NoProbe {
 		return
 	}
-	s.probe = dolly.RunProbe(ctx, dolly.ProbeConfig{Name: SourceName, Image: s.cfg.Image, Compress: true})
+	s.probe = probe.Run(ctx, probe.Config{Name: SourceName, Image: s.cfg.Image, Compress: true})
 }
 
 func (s *Server) signal() {
@@ -361,7 +365,7 @@ func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.handleNode(ctx, dolly.NewConn(c))
+			s.handleNode(ctx, control.NewConn(c))
 		}()
 	}
 }
@@ -369,49 +373,30 @@ func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 // authenticate runs the key handshake of a keyed cast with a node that
 // said hello: the server proves it knows the key, then the node must. A
 // node that cannot is refused, and the refusal is shown.
-func (s *Server) authenticate(c *dolly.Conn, h *dolly.Hello) bool {
-	if s.cfg.Key == nil {
-		return true // the node refuses a server without a key if it has one
+func (s *Server) authenticate(c *control.Conn, h *control.Hello) bool {
+	err := control.ServerHandshake(c, s.cfg.Key, h, peerTimeout)
+	if err == nil {
+		return true
 	}
-	refuse := func(reason string) bool {
-		s.log.Warn("refused node", "node", h.Name, "from", c.RemoteAddr(), "reason", reason)
-		fmt.Fprintf(s.cfg.Out, "  refused %s from %s: %s\n", h.Name, c.RemoteAddr(), reason)
-		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
-		return false
-	}
-	if len(h.Nonce) == 0 {
-		return refuse("authentication failed: this cast needs the cast key: run dolly with -key FILE")
-	}
-	nonce := make([]byte, 16)
-	rand.Read(nonce)
-	proof := dolly.ServerProof(s.cfg.Key, h.Nonce, nonce, h.Name)
-	if err := c.Send(dolly.Message{Type: dolly.MsgChallenge, Auth: &dolly.Auth{Nonce: nonce, Proof: proof}}); err != nil {
-		return false
-	}
-	m, err := c.Recv(30 * time.Second)
-	switch {
-	case err != nil:
-		return refuse(fmt.Sprintf("authentication failed: no proof: %v", err))
-	case m.Type == dolly.MsgFail:
-		return refuse(m.Reason)
-	case m.Type != dolly.MsgProof:
-		return refuse(fmt.Sprintf("authentication failed: %s message instead of a proof", m.Type))
-	case !hmac.Equal(m.Auth.Proof, dolly.NodeProof(s.cfg.Key, h.Nonce, nonce, h.Name)):
-		return refuse("authentication failed: the node's proof does not match the cast key")
-	}
-	c.Authenticate(s.cfg.Key, h.Nonce, nonce, true)
-	return true
+	s.log.Warn("refused node", "node", h.Name, "from", c.RemoteAddr(), "reason", err)
+	fmt.Fprintf(s.cfg.Out, "  refused %s from %s: %v\n", h.Name, c.RemoteAddr(), err)
+	c.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})
+	return false
 }
 
+// peerTimeout bounds each wait for a peer's answer outside the cast: a
+// hello, a proof, a node's data listener.
+const peerTimeout = 30 * time.Second
+
 // handleNode serves one node's control connection for its whole life.
-func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
+func (s *Server) handleNode(ctx context.Context, c *control.Conn) {
 	defer c.Close()
-	m, err := c.Recv(30 * time.Second)
+	m, err := c.Recv(peerTimeout)
 	if err != nil {
 		s.log.Warn("no hello", "from", c.RemoteAddr(), "err", err)
 		return
 	}
-	if m.Type != dolly.MsgHello {
+	if m.Type != control.MsgHello {
 		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
 		return
 	}
@@ -425,21 +410,21 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 		return
 	}
 	if s.scanErr != nil {
-		c.Send(dolly.Message{Type: dolly.MsgAbort, Reason: "the cast was aborted: " + s.scanErr.Error()})
+		c.Send(control.Message{Type: control.MsgAbort, Reason: "the cast was aborted: " + s.scanErr.Error()})
 		return
 	}
 	n, returned, reason := s.register(c, m.Hello)
 	if n == nil {
 		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", reason)
-		c.Send(dolly.Message{Type: dolly.MsgReject, Reason: reason})
+		c.Send(control.Message{Type: control.MsgReject, Reason: reason})
 		return
 	}
 	s.log.Info("node joined", "node", n.name, "from", n.from, "resumed", n.resumed)
 	s.signal()
 	defer s.signal()
-	w := dolly.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
+	w := control.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt}
-	if err := c.Send(dolly.Message{Type: dolly.MsgWelcome, Welcome: &w}); err != nil {
+	if err := c.Send(control.Message{Type: control.MsgWelcome, Welcome: &w}); err != nil {
 		s.lostNode(n, c, err)
 		return
 	}
@@ -459,9 +444,9 @@ func (s *Server) handleNode(ctx context.Context, c *dolly.Conn) {
 // register adds a node, or takes back one that had lost the server, or
 // says why it cannot join. returned is set for a node of the running cast
 // that came back after it was given up.
-func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (n *nodeState, returned bool, reason string) {
-	if h.Version != dolly.Version {
-		return nil, false, fmt.Sprintf("protocol version %d, server speaks %d: run the same dolly version on server and nodes", h.Version, dolly.Version)
+func (s *Server) register(c *control.Conn, h *control.Hello) (n *nodeState, returned bool, reason string) {
+	if h.Version != stream.Version {
+		return nil, false, fmt.Sprintf("protocol version %d, server speaks %d: run the same dolly version on server and nodes", h.Version, stream.Version)
 	}
 	if h.Name == "" {
 		return nil, false, "node has no name: give it -name"
@@ -502,7 +487,7 @@ func (s *Server) register(c *dolly.Conn, h *dolly.Hello) (n *nodeState, returned
 
 // checkHello bounds what a hello may carry: names and paths end up in the
 // admin's view and the report.
-func checkHello(h *dolly.Hello) error {
+func checkHello(h *control.Hello) error {
 	if len(h.Name) > 64 || strings.IndexFunc(h.Name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == ':')
 	}) >= 0 {
@@ -529,7 +514,7 @@ func checkHello(h *dolly.Hello) error {
 // registerResumed takes a node that is part of a cast already: one of this
 // server's, coming back, or one a previous server (killed, restarted) ran,
 // which this server takes up if its image is the same. Called with s.mu.
-func (s *Server) registerResumed(c *dolly.Conn, h *dolly.Hello, r *dolly.Resume, dataAddr, host string) (*nodeState, bool, string) {
+func (s *Server) registerResumed(c *control.Conn, h *control.Hello, r *control.Resume, dataAddr, host string) (*nodeState, bool, string) {
 	if r.Fingerprint != s.fingerprint {
 		return nil, false, "this node is part of a cast of another image: restart it to join this one"
 	}
@@ -558,7 +543,7 @@ func (s *Server) registerResumed(c *dolly.Conn, h *dolly.Hello, r *dolly.Resume,
 		if r.FrameSize > 0 {
 			s.cfg.FrameSize = r.FrameSize
 		}
-		fmt.Fprintf(s.cfg.Out, "  taking up cast %s where it was (%s stream, %s frames)\n", r.Cast, r.Encoding, imaging.FormatBytes(int64(r.FrameSize)))
+		fmt.Fprintf(s.cfg.Out, "  taking up cast %s where it was (%s stream, %s frames)\n", r.Cast, r.Encoding, units.FormatBytes(int64(r.FrameSize)))
 	} else if r.Cast != s.resume.Cast || r.Encoding != s.resume.Encoding || r.FrameSize != s.resume.FrameSize {
 		return nil, false, "this node is part of another cast than the other nodes: restart it to join this one"
 	}
@@ -576,7 +561,7 @@ func (s *Server) registerResumed(c *dolly.Conn, h *dolly.Hello, r *dolly.Resume,
 	return n, false, ""
 }
 
-func (s *Server) handleMessage(n *nodeState, c *dolly.Conn, m dolly.Message) {
+func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n.conn != c {
@@ -585,23 +570,31 @@ func (s *Server) handleMessage(n *nodeState, c *dolly.Conn, m dolly.Message) {
 	now := time.Now()
 	n.lastHeard = now
 	switch m.Type {
-	case dolly.MsgReady:
+	case control.MsgReady:
 		if n.status != stJoined {
 			return
 		}
 		n.status, n.target, n.targetSize, n.block = stReady, m.Ready.Target, m.Ready.TargetSize, m.Ready.Block
-		n.probe = m.Ready.Probe
+		n.probe = nil
+		if len(m.Ready.Probe) > 0 {
+			var p capacity.Probe
+			if err := json.Unmarshal(m.Ready.Probe, &p); err != nil {
+				s.log.Warn("node's probe is unreadable; planning without it", "node", n.name, "err", err)
+			} else {
+				n.probe = &p
+			}
+		}
 		s.log.Info("node ready", "node", n.name, "target", n.target)
-	case dolly.MsgProgress:
+	case control.MsgProgress:
 		n.observe(*m.Progress, now)
-	case dolly.MsgDone:
+	case control.MsgDone:
 		if n.status != stCasting {
 			return
 		}
 		n.status, n.end, n.digest = stDone, now, m.Done.Digest
 		n.progress.Written = m.Done.Written
 		n.pos = max(n.pos, m.Done.Pos) // its last progress may be older than the end
-	case dolly.MsgFail:
+	case control.MsgFail:
 		switch n.status {
 		case stJoined, stReady:
 			n.status = stRefused
@@ -614,9 +607,9 @@ func (s *Server) handleMessage(n *nodeState, c *dolly.Conn, m dolly.Message) {
 		}
 		n.reason = m.Reason
 		s.log.Warn("node failed", "node", n.name, "reason", m.Reason)
-	case dolly.MsgAttachFailed:
+	case control.MsgAttachFailed:
 		s.post(castEvent{kind: evAttachFailed, node: n, child: m.Peer.Name, reason: m.Reason})
-	case dolly.MsgChildLost:
+	case control.MsgChildLost:
 		s.post(castEvent{kind: evChildLost, node: n, child: m.Peer.Name, reason: m.Reason})
 	default:
 		return
@@ -638,7 +631,7 @@ func (s *Server) printRoll(what string, n *nodeState) {
 // leaves before the plan is fixed is forgotten, so it can come back (a
 // machine rebooting while the lab joins); one in the cast is taken out,
 // its children rewired.
-func (s *Server) lostNode(n *nodeState, c *dolly.Conn, err error) {
+func (s *Server) lostNode(n *nodeState, c *control.Conn, err error) {
 	s.mu.Lock()
 	if n.conn != c {
 		s.mu.Unlock()
@@ -749,7 +742,7 @@ func (s *Server) abortAll(reason string) {
 	}
 	for _, n := range s.nodes {
 		if !n.finished() || n.status == stRefused {
-			n.conn.Send(dolly.Message{Type: dolly.MsgAbort, Reason: reason})
+			n.conn.Send(control.Message{Type: control.MsgAbort, Reason: reason})
 		}
 	}
 }

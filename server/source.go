@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"dolly/dolly"
+	"dolly/dolly/dial"
+	"dolly/dolly/relay"
+	"dolly/dolly/stream"
 	"dolly/imaging"
 )
 
@@ -21,9 +23,9 @@ import (
 // late or lose their upstream from its history, like any node.
 type source struct {
 	s      *Server
-	enc    *dolly.Encoder
-	relay  *dolly.Relay
-	header dolly.StreamHeader
+	enc    *stream.Encoder
+	relay  *relay.Relay
+	header stream.StreamHeader
 	sent   atomic.Int64 // stream bytes encoded (once, not per child)
 	ended  atomic.Bool  // the end frame is sent: sent is the whole stream
 	skip   int64        // stream bytes every child had already
@@ -32,36 +34,36 @@ type source struct {
 	// extra streams serve children the relay's history cannot: each its
 	// own encoder from the start of the image.
 	mu     sync.Mutex
-	extras []*dolly.Relay
+	extras []*relay.Relay
 }
 
 // newSource prepares the stream of the image as p sends it. skip is how
 // many stream bytes every child already has: they are encoded again (the
 // stream must be byte for byte the same) but not paced.
 func (s *Server) newSource(send imaging.Encoding, skip int64) (*source, error) {
-	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize, send)
+	enc, err := stream.NewEncoder(s.img, s.cast, s.cfg.FrameSize, send)
 	if err != nil {
 		return nil, err
 	}
 	enc.SetKey(s.frameKey())
-	relay, err := dolly.NewRelay(false)
+	// The source has no disk to write, and nodes may need the end of the
+	// stream after it was sent.
+	r, err := relay.New(relay.Config{NoLocalCopy: true, ServeLate: true})
 	if err != nil {
 		enc.Close()
 		return nil, err
 	}
-	relay.StopReading() // the source has no disk to write
-	relay.Linger()      // nodes may need the end of the stream after it was sent
-	src := &source{s: s, enc: enc, relay: relay, header: enc.Header(), skip: skip, digest: make(chan imaging.Digest, 1)}
+	src := &source{s: s, enc: enc, relay: r, header: enc.Header(), skip: skip, digest: make(chan imaging.Digest, 1)}
 	return src, nil
 }
 
 // frameKey is the cast's frame key, nil in an unkeyed cast. It depends on
 // the cast's ID, which a restarted server takes from the nodes.
-func (s *Server) frameKey() *dolly.FrameKey {
+func (s *Server) frameKey() *stream.FrameKey {
 	if s.cfg.Key == nil {
 		return nil
 	}
-	return dolly.NewFrameKey(s.cfg.Key, s.cast, s.cfg.Encrypt)
+	return stream.NewFrameKey(s.cfg.Key, s.cast, s.cfg.Encrypt)
 }
 
 // run attaches the source's first children, then encodes the image into
@@ -115,7 +117,7 @@ func (src *source) run(ctx context.Context, skip int64, kids func() []*nodeState
 
 // encode writes the stream's frames to w at the rate limit (if any),
 // calls end once the end frame is written, and hands over the digest.
-func encode(ctx context.Context, enc *dolly.Encoder, w io.Writer, rate float64, skip int64, sent *atomic.Int64, end func(), digest func(imaging.Digest)) error {
+func encode(ctx context.Context, enc *stream.Encoder, w io.Writer, rate float64, skip int64, sent *atomic.Int64, end func(), digest func(imaging.Digest)) error {
 	defer enc.Close()
 	pace := newPacer(rate)
 	var written int64
@@ -127,7 +129,7 @@ func encode(ctx context.Context, enc *dolly.Encoder, w io.Writer, rate float64, 
 		if err != nil {
 			return err
 		}
-		if c.Kind == dolly.FrameEnd {
+		if c.Kind == stream.FrameEnd {
 			digest(enc.Digest())
 			end()
 		}
@@ -151,11 +153,11 @@ func encode(ctx context.Context, enc *dolly.Encoder, w io.Writer, rate float64, 
 // from the relay's history, or from an encoder of its own when the
 // history no longer holds the child's position.
 func (src *source) attach(ctx context.Context, n *nodeState) error {
-	c, err := dolly.DialData(ctx, n.dataAddr, time.Now().Add(30*time.Second))
+	c, err := dial.Data(ctx, n.dataAddr, time.Now().Add(peerTimeout))
 	if err != nil {
 		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
-	pos, err := dolly.OpenStream(c, src.header, src.s.frameKey())
+	pos, err := stream.OpenStream(c, src.header, src.s.frameKey())
 	if err != nil {
 		c.Close()
 		return err
@@ -172,25 +174,24 @@ func (src *source) attach(ctx context.Context, n *nodeState) error {
 // which skips what the child has. It costs the source a second stream.
 func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
 	s := src.s
-	enc, err := dolly.NewEncoder(s.img, s.cast, s.cfg.FrameSize, src.header.Encoding)
+	enc, err := stream.NewEncoder(s.img, s.cast, s.cfg.FrameSize, src.header.Encoding)
 	if err == nil {
 		enc.SetKey(src.s.frameKey())
 	}
 	if err != nil {
 		return err
 	}
-	relay, err := dolly.NewRelay(false)
+	relay, err := relay.New(relay.Config{NoLocalCopy: true})
 	if err != nil {
 		enc.Close()
 		return err
 	}
-	relay.StopReading()
-	c, err := dolly.DialData(ctx, n.dataAddr, time.Now().Add(30*time.Second))
+	c, err := dial.Data(ctx, n.dataAddr, time.Now().Add(peerTimeout))
 	if err != nil {
 		enc.Close()
 		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
-	pos, err := dolly.OpenStream(c, src.header, src.s.frameKey())
+	pos, err := stream.OpenStream(c, src.header, src.s.frameKey())
 	if err != nil {
 		c.Close()
 		enc.Close()
@@ -225,7 +226,7 @@ func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
 func (src *source) detach(ctx context.Context, name string) {
 	src.relay.Detach(ctx, name)
 	src.mu.Lock()
-	extras := append([]*dolly.Relay(nil), src.extras...)
+	extras := append([]*relay.Relay(nil), src.extras...)
 	src.mu.Unlock()
 	for _, r := range extras {
 		r.Detach(ctx, name)

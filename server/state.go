@@ -2,13 +2,14 @@ package server
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/control"
+	"dolly/internal/natural"
 )
 
 // status is where a node stands in the cast.
@@ -38,12 +39,12 @@ type nodeState struct {
 	block      bool
 	probe      *capacity.Probe // what the node measured, if it did
 	machine    string          // tells nodes on one machine apart from the rest
-	conn       *dolly.Conn
+	conn       *control.Conn
 
 	status status
 	reason string // why refused or failed
 
-	progress   dolly.Progress
+	progress   control.Progress
 	progressAt time.Time
 	rate       float64 // smoothed raw bytes/s
 	start, end time.Time
@@ -77,7 +78,7 @@ func (n *nodeState) gone(now time.Time, timeout time.Duration) bool {
 }
 
 // observe folds a progress report into the node's rate and position.
-func (n *nodeState) observe(p dolly.Progress, now time.Time) {
+func (n *nodeState) observe(p control.Progress, now time.Time) {
 	if p.Pos > n.pos {
 		n.pos, n.lastMoved = p.Pos, now
 	}
@@ -94,40 +95,8 @@ func (n *nodeState) observe(p dolly.Progress, now time.Time) {
 	n.progress, n.progressAt = p, now
 }
 
-// naturalLess orders names so that pc2 sorts before pc10.
-func naturalLess(a, b string) bool {
-	for a != "" && b != "" {
-		da, db := digitPrefix(a), digitPrefix(b)
-		if da != "" && db != "" {
-			na, _ := strconv.ParseUint(da, 10, 64)
-			nb, _ := strconv.ParseUint(db, 10, 64)
-			if na != nb {
-				return na < nb
-			}
-			if len(da) != len(db) {
-				return len(da) < len(db)
-			}
-			a, b = a[len(da):], b[len(db):]
-			continue
-		}
-		if a[0] != b[0] {
-			return a[0] < b[0]
-		}
-		a, b = a[1:], b[1:]
-	}
-	return len(a) < len(b)
-}
-
-func digitPrefix(s string) string {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	return s[:i]
-}
-
 func sortNodes(ns []*nodeState) {
-	sort.SliceStable(ns, func(i, j int) bool { return naturalLess(ns[i].name, ns[j].name) })
+	slices.SortStableFunc(ns, func(a, b *nodeState) int { return natural.Compare(a.name, b.name) })
 }
 
 // formatDuration renders a duration for people: 45s, 3m07s, 1h02m.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"dolly/imaging"
+	"dolly/internal/units"
 )
 
 // printPlan shows who sends to whom and what each node will overwrite.
@@ -16,7 +17,7 @@ func (s *Server) printPlan(p castPlan, ch Choice) {
 	out := s.cfg.Out
 	fmt.Fprintf(out, "\nplan: %s\n", describeChoice(ch))
 	fmt.Fprintf(out, "  %d nodes, depth %d; image %s (%s, stored %s)", p.tree.Nodes(), p.tree.Depth(),
-		s.cfg.Image, imaging.FormatBytes(s.img.Size), s.img.Encoding)
+		s.cfg.Image, units.FormatBytes(s.img.Size), s.img.Encoding)
 	switch {
 	case p.send == s.img.Encoding:
 	case p.send.Compressed():
@@ -41,7 +42,7 @@ func (s *Server) printPlan(p castPlan, ch Choice) {
 		if n.block {
 			kind = "block device"
 		}
-		fmt.Fprintf(out, "  %-16s %s (%s, %s)\n", n.name, n.target, kind, imaging.FormatBytes(n.targetSize))
+		fmt.Fprintf(out, "  %-16s %s (%s, %s)\n", n.name, n.target, kind, units.FormatBytes(n.targetSize))
 	}
 }
 
@@ -147,13 +148,13 @@ func (v *progressView) row(n nodeView) string {
 		full := int(pct / 100 * width)
 		bar = "[" + strings.Repeat("#", full) + strings.Repeat(".", width-full) + "] "
 	}
-	return fmt.Sprintf("%-16s %s%5.1f%% %10s %7s MB/s  %s", n.name, bar, pct, imaging.FormatBytes(n.written), mbps(avg), state)
+	return fmt.Sprintf("%-16s %s%5.1f%% %10s %7s MB/s  %s", n.name, bar, pct, units.FormatBytes(n.written), mbps(avg), state)
 }
 
 // draw renders one update.
 func (v *progressView) draw(nodes []nodeView, sent int64) {
 	elapsed := time.Since(v.start)
-	head := fmt.Sprintf("casting %s: %s sent by the source, %s elapsed", imaging.FormatBytes(v.size), imaging.FormatBytes(sent), formatDuration(elapsed))
+	head := fmt.Sprintf("casting %s: %s sent by the source, %s elapsed", units.FormatBytes(v.size), units.FormatBytes(sent), formatDuration(elapsed))
 	if !v.live {
 		fmt.Fprintln(v.out, head)
 		for _, n := range nodes {
@@ -199,7 +200,7 @@ func (v *progressView) finish(nodes []nodeView, sent int64) { v.draw(nodes, sent
 func (s *Server) printSummary(sum Summary) {
 	out := s.cfg.Out
 	fmt.Fprintf(out, "\nsummary: %s (%s), source digest %s: %d of %d nodes verified in %s\n",
-		sum.Image, imaging.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
+		sum.Image, units.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
 	nameW, targetW := len("node"), len("target")
 	for _, n := range sum.Nodes {
 		nameW, targetW = max(nameW, len(n.Name)), max(targetW, len(n.Target))

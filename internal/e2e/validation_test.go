@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"dolly/dolly"
+	"dolly/dolly/control"
+	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/testenv"
 	"dolly/internal/testimage"
@@ -111,7 +112,7 @@ func message(body []byte) []byte {
 	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)
 }
 
-func jsonMessage(t *testing.T, m dolly.Message) []byte {
+func jsonMessage(t *testing.T, m control.Message) []byte {
 	t.Helper()
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -147,7 +148,7 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 		}
 		badConn(t, addr, junk)
 	}
-	name := strings.Repeat("n", dolly.MaxMessage-200)
+	name := strings.Repeat("n", control.MaxMessage-200)
 	tests := []struct {
 		name    string
 		payload []byte
@@ -158,10 +159,10 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 		{"random body", message(bytes.Repeat([]byte{0x9c, 0x00, 0xff}, 1000))},
 		{"unknown type", message([]byte(`{"type":"gimme-the-image"}`))},
 		{"hello without its body", message([]byte(`{"type":"hello"}`))},
-		{"not a hello first", jsonMessage(t, dolly.Message{Type: dolly.MsgDone, Done: &dolly.Done{Digest: "00"}})},
-		{"hello of another version", jsonMessage(t, dolly.Message{Type: dolly.MsgHello, Hello: &dolly.Hello{Version: 999, Name: "x", DataAddr: ":1"}})},
-		{"hello with a huge name", jsonMessage(t, dolly.Message{Type: dolly.MsgHello, Hello: &dolly.Hello{Version: dolly.Version, Name: name, DataAddr: "127.0.0.1:9"}})},
-		{"hello over the size limit", jsonMessage(t, dolly.Message{Type: dolly.MsgHello, Hello: &dolly.Hello{Version: dolly.Version, Name: name + name, DataAddr: ":9"}})},
+		{"not a hello first", jsonMessage(t, control.Message{Type: control.MsgDone, Done: &control.Done{Digest: "00"}})},
+		{"hello of another version", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: 999, Name: "x", DataAddr: ":1"}})},
+		{"hello with a huge name", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: name, DataAddr: "127.0.0.1:9"}})},
+		{"hello over the size limit", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: name + name, DataAddr: ":9"}})},
 		{"half a message", message([]byte(`{"type":"hello","hello":{"version":1,"name":"pc99","data_addr":":7"}}`))[:30]},
 		{"half a length", []byte{0x10, 0x00}},
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/lab"
 	"dolly/server"
@@ -653,7 +653,7 @@ func castOptions(ctx context.Context, path string) (capacity.Options, imaging.Pr
 	if err != nil {
 		return capacity.Options{}, imaging.Profile{}, err
 	}
-	return server.Options(p, dolly.DefaultFrameSize), p, nil
+	return server.Options(p, stream.DefaultFrameSize), p, nil
 }
 
 // cpuSamples are the machine's busy time at moments.

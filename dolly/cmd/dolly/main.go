@@ -14,9 +14,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"dolly/dolly"
-	"dolly/imaging"
+	"dolly/dolly/castkey"
+	"dolly/dolly/node"
+	"dolly/dolly/probe"
 	"dolly/internal/cli"
+	"dolly/internal/units"
 )
 
 const usage = `dolly joins a cast run by dolly-server, writes the image to a target and
@@ -59,7 +61,7 @@ func main() {
 
 func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
-		return probe(os.Args[2:])
+		return probeMachine(os.Args[2:])
 	}
 	if len(os.Args) > 1 && os.Args[1] == "key" {
 		return keygen(os.Args[2:])
@@ -88,9 +90,9 @@ func run() int {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		addr += ":9700"
 	}
-	var key dolly.Key
+	var key castkey.Key
 	if *keyFile != "" {
-		k, err := dolly.ReadKeyFile(*keyFile)
+		k, err := castkey.ReadKeyFile(*keyFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
 			return 2
@@ -100,7 +102,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	res, err := dolly.RunNode(ctx, dolly.NodeConfig{
+	res, err := node.Run(ctx, node.Config{
 		Server:           addr,
 		Target:           *target,
 		Name:             *name,
@@ -119,7 +121,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
 		return 1
 	}
-	fmt.Printf("dolly: verified %s on %s in %s (%.1f MB/s)\n", imaging.FormatBytes(res.Written), res.Target,
+	fmt.Printf("dolly: verified %s on %s in %s (%.1f MB/s)\n", units.FormatBytes(res.Written), res.Target,
 		time.Since(start).Round(time.Millisecond), float64(res.Written)/res.Elapsed.Seconds()/1e6)
 	return 0
 }
@@ -138,7 +140,7 @@ is not measured. It takes about a second.
 Options:
 `
 
-func probe(args []string) int {
+func probeMachine(args []string) int {
 	fs := pflag.NewFlagSet("dolly probe", pflag.ContinueOnError)
 	target := fs.String("target", "", "block device or file to measure the write rate of")
 	server := fs.String("server", "", "measure the interface that reaches this address")
@@ -153,16 +155,16 @@ func probe(args []string) int {
 		fmt.Fprintf(os.Stderr, "dolly probe: -o %q: want text or json\n", *output)
 		return 2
 	}
-	cfg := dolly.ProbeConfig{Target: *target, Compress: *compress, Budget: *budget, Buffered: *buffered}
+	cfg := probe.Config{Target: *target, Compress: *compress, Budget: *budget, Buffered: *buffered}
 	if *server != "" {
-		ip, err := dolly.LocalIPFor(*server)
+		ip, err := probe.LocalIPFor(*server)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly probe: %v\n", err)
 			return 1
 		}
 		cfg.LocalIP = ip
 	}
-	r := dolly.RunProbe(context.Background(), cfg)
+	r := probe.Run(context.Background(), cfg)
 	if *output == "json" {
 		b, _ := json.MarshalIndent(r, "", "  ")
 		fmt.Println(string(b))
@@ -198,7 +200,7 @@ func keygen(args []string) int {
 		fmt.Fprintf(os.Stderr, "dolly key: %v\n", err)
 		return 1
 	}
-	_, err = fmt.Fprintln(f, string(dolly.NewKey()))
+	_, err = fmt.Fprintln(f, string(castkey.NewKey()))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

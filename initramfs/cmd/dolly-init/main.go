@@ -27,9 +27,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"dolly/dolly"
-	"dolly/imaging"
+	"dolly/dolly/castkey"
+	"dolly/dolly/node"
 	"dolly/initramfs"
+	"dolly/internal/units"
 )
 
 // dhcpTimeout bounds the wait for a DHCP lease. The machine was just
@@ -70,7 +71,7 @@ func main() {
 		rescue(log, console, err)
 	}
 	banner(console, "VERIFIED", fmt.Sprintf("%s written to %s in %s, content digest %s (the server's)",
-		imaging.FormatBytes(res.Written), res.Target, res.Elapsed.Round(time.Second), res.Digest))
+		units.FormatBytes(res.Written), res.Target, res.Elapsed.Round(time.Second), res.Digest))
 	after, source := res.After, "server"
 	if after == "" {
 		after, source = boot.After, "dolly.after"
@@ -119,17 +120,17 @@ func start(log *slog.Logger, level *slog.LevelVar) (initramfs.Boot, error) {
 }
 
 // cast runs the dolly node until the server has verified the target.
-func cast(log *slog.Logger, boot initramfs.Boot) (dolly.NodeResult, error) {
-	var key dolly.Key
+func cast(log *slog.Logger, boot initramfs.Boot) (node.Result, error) {
+	var key castkey.Key
 	if boot.Key != "" {
-		k, err := dolly.ParseKey(boot.Key)
+		k, err := castkey.ParseKey(boot.Key)
 		if err != nil {
-			return dolly.NodeResult{}, fmt.Errorf("dolly.key: %w", err)
+			return node.Result{}, fmt.Errorf("dolly.key: %w", err)
 		}
 		key = k
 	}
 	log.Info("joining the cast", "server", boot.Server, "name", boot.Name, "target", boot.Target, "keyed", key != nil)
-	return dolly.RunNode(context.Background(), dolly.NodeConfig{
+	return node.Run(context.Background(), node.Config{
 		Server:      boot.Server,
 		Target:      boot.Target,
 		Name:        boot.Name,

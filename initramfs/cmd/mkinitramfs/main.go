@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"dolly/imaging"
 	"dolly/initramfs"
 	"dolly/internal/cli"
+	"dolly/internal/units"
 )
 
 const usage = `mkinitramfs builds the initramfs dolly-server netboots lab PCs with: a
@@ -106,6 +106,6 @@ func run() int {
 	} else if opts.Kernel != "" {
 		what = "for " + opts.Kernel
 	}
-	fmt.Printf("mkinitramfs: wrote %s (%s) %s\n", *output, imaging.FormatBytes(st.Size()), what)
+	fmt.Printf("mkinitramfs: wrote %s (%s) %s\n", *output, units.FormatBytes(st.Size()), what)
 	return 0
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"dolly/boot"
-	"dolly/dolly"
+	"dolly/dolly/castkey"
 	"dolly/initramfs"
 )
 
@@ -127,7 +127,7 @@ func (b *bootFlags) check() (after string, err error) {
 // With a cast key, the nodes find it on their kernel command line
 // (dolly.key=). Whoever can fetch the iPXE script can then read it: the
 // boot network must be one only the lab's machines reach.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, key dolly.Key, logger *slog.Logger) (errc <-chan error, err error) {
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}

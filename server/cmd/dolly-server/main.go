@@ -13,8 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"dolly/capacity"
-	"dolly/dolly"
+	"dolly/dolly/castkey"
 	"dolly/internal/cli"
+	"dolly/internal/units"
 	"dolly/server"
 )
 
@@ -119,7 +120,7 @@ func run() int {
 			return 1
 		}
 	}
-	fsz, err := capacity.ParseSize(*frameSize)
+	fsz, err := units.ParseSize(*frameSize)
 	if err != nil {
 		return usageErr("-frame-size %q: %v", *frameSize, err)
 	}
@@ -190,7 +191,7 @@ func run() int {
 		return usageErr("-nodes is required when not on a terminal (nobody can press Enter to start)")
 	}
 	if *maxRate != "" {
-		r, err := capacity.ParseRate(*maxRate)
+		r, err := units.ParseRate(*maxRate)
 		if err != nil || r <= 0 {
 			return usageErr("-max-rate %q: want a rate such as 20MB/s or 100Mbit", *maxRate)
 		}
@@ -198,7 +199,7 @@ func run() int {
 	}
 	switch {
 	case *keyFile != "":
-		k, err := dolly.ReadKeyFile(*keyFile)
+		k, err := castkey.ReadKeyFile(*keyFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 			return 2

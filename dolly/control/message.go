@@ -1,0 +1,198 @@
+// Package control is the control connection between dolly-server and each
+// node: length-prefixed JSON messages (join, assignment, progress, verdict,
+// rewiring) and, in a keyed cast, the key handshake and a tag on every
+// message. docs/protocol.md lists the messages.
+package control
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"dolly/dolly/stream"
+)
+
+// Control messages travel on one TCP connection per node, each as a 4-byte
+// little-endian length followed by a JSON object with a "type" field.
+
+// MaxMessage bounds one control message; longer ones are refused before
+// anything is allocated for them.
+const MaxMessage = 1 << 20
+
+// MsgType names a control message.
+type MsgType string
+
+const (
+	MsgHello MsgType = "hello" // node → server: who I am
+	// In a keyed cast, before the welcome: the server proves it knows the
+	// cast key, then the node does (see auth.go).
+	MsgChallenge MsgType = "challenge" // server → node: my nonce and proof
+	MsgProof     MsgType = "proof"     // node → server: my proof
+	MsgWelcome   MsgType = "welcome"   // server → node: the cast and image
+	MsgReject    MsgType = "reject"    // server → node: you cannot join
+	MsgReady     MsgType = "ready"     // node → server: my target is checked
+	MsgAssign    MsgType = "assign"    // server → node: your place in the plan
+	MsgProgress  MsgType = "progress"  // node → server: bytes so far
+	MsgDone      MsgType = "done"      // node → server: written and verified
+	MsgFail      MsgType = "fail"      // node → server: I failed, and why
+	MsgResult    MsgType = "result"    // server → node: the server's verdict
+	MsgAbort     MsgType = "abort"     // server → node: the cast is off
+
+	// While the cast runs, the server rewires around failed nodes.
+	MsgAttach       MsgType = "attach"        // server → node: send the stream to this child too
+	MsgDetach       MsgType = "detach"        // server → node: stop sending to this child
+	MsgAttachFailed MsgType = "attach-failed" // node → server: could not serve that child
+	MsgChildLost    MsgType = "child-lost"    // node → server: a child's connection failed
+	MsgPing         MsgType = "ping"          // server → node: I am here
+)
+
+// Message is one control message; the field matching Type is set.
+type Message struct {
+	Type     MsgType   `json:"type"`
+	Hello    *Hello    `json:"hello,omitempty"`
+	Welcome  *Welcome  `json:"welcome,omitempty"`
+	Ready    *Ready    `json:"ready,omitempty"`
+	Assign   *Assign   `json:"assign,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
+	Done     *Done     `json:"done,omitempty"`
+	Result   *Result   `json:"result,omitempty"`
+	// Peer is the child of an attach, detach, attach-failed or child-lost.
+	Peer *Peer `json:"peer,omitempty"`
+	// Auth is the challenge or the proof of a keyed cast's handshake.
+	Auth *Auth `json:"auth,omitempty"`
+	// Reason explains a reject, fail, abort, attach-failed or child-lost.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Hello introduces a node.
+type Hello struct {
+	Version  int      `json:"version"`
+	Name     string   `json:"name"`
+	MACs     []string `json:"macs,omitempty"`
+	DataAddr string   `json:"data_addr"` // where upstream connects; an empty host means "the address I connect from"
+	Target   string   `json:"target,omitempty"`
+	// Nonce is set by a node that has a cast key: the server must prove it
+	// knows the key over it.
+	Nonce []byte `json:"nonce,omitempty"`
+	// Resume is set by a node that is part of a cast already: it lost the
+	// server and comes back, to a restarted server or the same one.
+	Resume *Resume `json:"resume,omitempty"`
+}
+
+// Resume is what a node in a cast brings to the server it reconnects to.
+type Resume struct {
+	Cast        stream.CastID `json:"cast"`
+	Fingerprint string        `json:"fingerprint"` // of the image, as the first server saw it
+	Encoding    string        `json:"encoding"`    // how the stream travels
+	FrameSize   int           `json:"frame_size"`
+	Pos         int64         `json:"pos"` // stream bytes received so far
+	Target      string        `json:"target"`
+	// Done is set once the node has the whole image; Digest is then its
+	// content digest, which the server has not confirmed yet.
+	Done   bool   `json:"done"`
+	Digest string `json:"digest,omitempty"`
+}
+
+// Auth is one step of the key handshake.
+type Auth struct {
+	Nonce []byte `json:"nonce,omitempty"` // the server's, in the challenge
+	Proof []byte `json:"proof"`
+}
+
+// Welcome describes the cast to a node that may join.
+type Welcome struct {
+	Cast        stream.CastID `json:"cast"`
+	Image       string        `json:"image"`
+	ImageSize   int64         `json:"image_size"` // raw bytes each target must hold
+	Target      string        `json:"target"`     // the server's default target, if any
+	Fingerprint string        `json:"fingerprint"`
+	// Resumed says the server takes the node's cast up where it was.
+	Resumed bool `json:"resumed,omitempty"`
+	// Encrypted says frames are encrypted as well as authenticated (in a
+	// keyed cast; the welcome of one travels authenticated).
+	Encrypted bool `json:"encrypted,omitempty"`
+}
+
+// Ready reports a checked target and, unless the node was told not to
+// measure itself, its probe for the capacity model. The probe travels as
+// the node encoded it: the protocol does not look into it.
+type Ready struct {
+	Target     string          `json:"target"`
+	TargetSize int64           `json:"target_size"`
+	Block      bool            `json:"block"`
+	Probe      json.RawMessage `json:"probe,omitempty"`
+}
+
+// Peer is another node on the data path.
+type Peer struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+}
+
+// Assign places a node in the plan.
+type Assign struct {
+	Upstream string `json:"upstream"` // name of the sender, for messages
+	Children []Peer `json:"children"`
+	// Encoding is how the stream travels ("raw", "zstd", "gzip"): the plan
+	// may send an image otherwise than it is stored.
+	Encoding string `json:"encoding"`
+}
+
+// Progress is a node's periodic report; it is also how the server knows
+// the node is alive.
+type Progress struct {
+	Stream  int64 `json:"stream"`  // stream bytes received and verified
+	Written int64 `json:"written"` // raw bytes on the target
+	Pos     int64 `json:"pos"`     // stream bytes received (and passed on)
+}
+
+// Done is a node's final report.
+type Done struct {
+	Digest  string  `json:"digest"`
+	Written int64   `json:"written"`
+	Seconds float64 `json:"seconds"`
+	// Pos is the stream bytes received: the whole stream.
+	Pos int64 `json:"pos,omitempty"`
+	// Lost names children the node could not keep sending to.
+	Lost []string `json:"lost,omitempty"`
+}
+
+// Result is the server's verdict on a node.
+type Result struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message"`
+	// After is what a netbooted node does once the cast is over: "reboot",
+	// "poweroff", "shell" or "" (just exit).
+	After string `json:"after,omitempty"`
+}
+
+// validate checks that the body matching the type is present.
+func (m *Message) validate() error {
+	missing := false
+	switch m.Type {
+	case MsgHello:
+		missing = m.Hello == nil
+	case MsgWelcome:
+		missing = m.Welcome == nil
+	case MsgReady:
+		missing = m.Ready == nil
+	case MsgAssign:
+		missing = m.Assign == nil
+	case MsgProgress:
+		missing = m.Progress == nil
+	case MsgDone:
+		missing = m.Done == nil
+	case MsgResult:
+		missing = m.Result == nil
+	case MsgAttach, MsgDetach, MsgAttachFailed, MsgChildLost:
+		missing = m.Peer == nil
+	case MsgChallenge, MsgProof:
+		missing = m.Auth == nil
+	case MsgReject, MsgFail, MsgAbort, MsgPing:
+	default:
+		return fmt.Errorf("unknown control message type %q", m.Type)
+	}
+	if missing {
+		return fmt.Errorf("control message %q without its body", m.Type)
+	}
+	return nil
+}

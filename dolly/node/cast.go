@@ -1,0 +1,195 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"dolly/dolly/control"
+	"dolly/dolly/relay"
+	"dolly/dolly/stream"
+	"dolly/imaging"
+)
+
+// receipt is the receiver's outcome once it has the whole stream.
+type receipt struct {
+	digest imaging.Digest
+	err    error
+}
+
+// cast runs the node's part of the cast: the relay, the receiver writing
+// the target, and the control traffic, through lost servers and rewiring,
+// until the server's verdict. The node leaves once its children have
+// everything: with the server's verdict, or after its disk failed.
+func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
+	n.encoding = a.Encoding
+	n.start = time.Now()
+	n.initial = a.Children
+	// The node serves children that come late (their upstream died) from
+	// its history for as long as it is up.
+	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true})
+	if err != nil {
+		return Result{}, n.fail(err.Error())
+	}
+	n.relay = r
+	n.ctl.resumable.Store(true)
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	defer stopRelay()
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(relayCtx) }()
+	drained := make(chan struct{})
+	go func() {
+		if r.Drained(relayCtx) == nil {
+			close(drained)
+		}
+	}()
+	firstHeader := make(chan stream.StreamHeader, 1)
+	go n.acceptUpstreams(relayCtx, firstHeader)
+	received := make(chan receipt, 1)
+	stopProgress := n.reportProgress()
+	defer stopProgress()
+	n.log.Info("casting", "upstream", a.Upstream, "children", len(a.Children), "zero_copy", r.ZeroCopy())
+
+	var verdict *control.Result
+	var diskErr error
+	relayEnded := false
+	for !relayEnded || verdict == nil && diskErr == nil {
+		select {
+		case h := <-firstHeader:
+			go n.receive(h, received)
+		case ev := <-n.ctl.events:
+			v, err := n.onControl(ctx, ev)
+			if err != nil {
+				return n.result(), err
+			}
+			verdict = cmp.Or(v, verdict)
+		case ev := <-r.Events():
+			n.onRelayEvent(ev)
+		case rc := <-received:
+			n.out.set(rc.digest)
+			if diskErr = rc.err; diskErr != nil {
+				n.fail(diskErr.Error())
+			} else {
+				n.reportDone()
+			}
+		case <-drained:
+			relayEnded, drained = true, nil
+		case err := <-relayDone:
+			if ctx.Err() == nil {
+				return n.result(), n.fail(fmt.Sprintf("relay: %v", err))
+			}
+		case <-ctx.Done():
+			return n.result(), ctx.Err()
+		}
+	}
+	res := n.result()
+	if diskErr != nil {
+		return res, diskErr
+	}
+	res.After = verdict.After
+	if !verdict.OK {
+		return res, fmt.Errorf("server did not verify this node: %s", verdict.Message)
+	}
+	return res, nil
+}
+
+// onControl acts on what the session reports during the cast and returns
+// the server's verdict once it comes. An abort, or a server lost for good,
+// is an error.
+func (n *node) onControl(ctx context.Context, ev sessionEvent) (*control.Result, error) {
+	switch {
+	case ev.err != nil:
+		return nil, ev.err
+	case ev.back:
+		if done, _ := n.out.get(); done {
+			n.reportDone()
+		}
+		return nil, nil
+	}
+	switch m := ev.msg; m.Type {
+	case control.MsgAbort:
+		return nil, fmt.Errorf("server aborted the cast: %s", m.Reason)
+	case control.MsgAttach:
+		go n.attach(ctx, *m.Peer)
+	case control.MsgDetach:
+		n.relay.Detach(ctx, m.Peer.Name)
+	case control.MsgAssign:
+		// A restarted server places the node anew.
+		for _, name := range n.relay.ChildNames(ctx) {
+			n.relay.Detach(ctx, name)
+		}
+		for _, p := range m.Assign.Children {
+			go n.attach(ctx, p)
+		}
+	case control.MsgResult:
+		return m.Result, nil
+	}
+	return nil, nil
+}
+
+func (n *node) onRelayEvent(ev relay.Event) {
+	switch ev.Kind {
+	case relay.ChildLost:
+		n.log.Warn("lost a child", "child", ev.Name, "err", ev.Err)
+		reason := ""
+		if ev.Err != nil {
+			reason = ev.Err.Error()
+		}
+		n.ctl.send(control.Message{Type: control.MsgChildLost, Peer: &control.Peer{Name: ev.Name}, Reason: reason})
+	case relay.UpstreamLost:
+		n.log.Warn("lost the upstream; waiting for a new one", "pos", ev.Pos, "err", ev.Err)
+	}
+}
+
+// receive writes the stream to the target and reports the outcome.
+func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
+	tg, err := imaging.OpenTarget(n.target, h.ImageSize, imaging.TargetOptions{Direct: !n.cfg.Buffered})
+	if err != nil {
+		n.relay.DropLocalCopy()
+		received <- receipt{err: err}
+		return
+	}
+	n.mu.Lock()
+	n.tg = tg
+	n.mu.Unlock()
+	hooks := stream.Hooks{
+		EndSeen: n.relay.EndSeen,
+		TargetFailed: func(err error) {
+			n.log.Error("target failed; relaying on for the nodes downstream", "err", err)
+			n.ctl.send(control.Message{Type: control.MsgFail, Reason: err.Error()})
+		},
+	}
+	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, tg, &n.counters, hooks)
+	if err == nil {
+		err = tg.Sync()
+	}
+	received <- receipt{digest: d, err: err}
+}
+
+func (n *node) reportDone() {
+	_, d := n.out.get()
+	done := control.Done{Digest: d.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds(), Pos: n.relay.Pos()}
+	n.ctl.send(control.Message{Type: control.MsgDone, Done: &done})
+}
+
+// reportProgress sends progress until the returned stop is called; the
+// server also takes it as a sign of life.
+func (n *node) reportProgress() (stop func()) {
+	quit, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(n.cfg.ProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			p := control.Progress{Stream: n.counters.Stream.Load(), Written: n.counters.Written.Load(), Pos: n.relay.Pos()}
+			n.ctl.send(control.Message{Type: control.MsgProgress, Progress: &p})
+		}
+	}()
+	return func() { close(quit); <-stopped }
+}

@@ -1,0 +1,138 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"dolly/dolly/castkey"
+	"dolly/dolly/control"
+	"dolly/dolly/dial"
+	"dolly/dolly/probe"
+	"dolly/dolly/stream"
+	"dolly/imaging"
+)
+
+// join joins the cast on c: hello, key handshake, welcome; then it resolves and
+// checks the target, measures the machine and says it is ready. It returns
+// the node's place in the plan.
+func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, error) {
+	m, err := n.hello(c, nil, 0)
+	if err != nil {
+		return nil, fmt.Errorf("joining: %w", err)
+	}
+	switch m.Type {
+	case control.MsgReject:
+		return nil, fmt.Errorf("server refused this node: %s", m.Reason)
+	case control.MsgAbort:
+		return nil, fmt.Errorf("server aborted the cast: %s", m.Reason)
+	case control.MsgWelcome:
+	default:
+		return nil, fmt.Errorf("joining: unexpected %s message", m.Type)
+	}
+	n.welcome = *m.Welcome
+	if n.cfg.Key != nil {
+		n.frameKey = stream.NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
+	}
+	ready, err := n.checkTarget(ctx, c.LocalAddr())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Send(control.Message{Type: control.MsgReady, Ready: &ready}); err != nil {
+		return nil, err
+	}
+	go n.ctl.run(ctx)
+	m, err = n.ctl.next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != control.MsgAssign {
+		return nil, fmt.Errorf("waiting for the cast: unexpected %s message", m.Type)
+	}
+	return m.Assign, nil
+}
+
+// checkTarget resolves the target and checks that the image fits and that
+// the disk is not in use, then measures the machine unless told not to.
+func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, error) {
+	n.target = n.cfg.Target
+	if n.target == "" {
+		n.target = n.welcome.Target
+	}
+	if n.target == "" {
+		return control.Ready{}, n.fail("no target: give the node -target PATH, or the server -target")
+	}
+	t, err := ResolveTarget(n.target)
+	if err != nil {
+		return control.Ready{}, n.fail(err.Error())
+	}
+	n.target = t
+	// The disk this machine runs from is never overwritten; one that is
+	// mounted or held by someone is, only if the admin insists.
+	if err := imaging.CheckTargetUse(n.target); err != nil && !(n.cfg.Force && errors.Is(err, imaging.ErrTargetInUse)) {
+		return control.Ready{}, n.fail(err.Error())
+	}
+	info, err := imaging.CheckTarget(n.target, n.welcome.ImageSize)
+	if err != nil {
+		return control.Ready{}, n.fail(err.Error())
+	}
+	n.log.Info("joined", "image", n.welcome.Image, "size", n.welcome.ImageSize, "target", n.target)
+	ready := control.Ready{Target: n.target, TargetSize: info.Size, Block: info.Block}
+	if !n.cfg.NoProbe {
+		var localIP net.IP
+		if a, ok := local.(*net.TCPAddr); ok {
+			localIP = a.IP
+		}
+		p := probe.Run(ctx, probe.Config{Name: n.cfg.Name, Target: n.target, LocalIP: localIP, Buffered: n.cfg.Buffered})
+		for _, note := range p.Notes {
+			n.log.Info("probe", "note", note)
+		}
+		if ready.Probe, err = json.Marshal(p.Probe); err != nil {
+			return control.Ready{}, n.fail(fmt.Sprintf("encoding the probe: %v", err))
+		}
+	}
+	return ready, nil
+}
+
+// dialServer connects to the server, retrying with backoff for up to
+// limit (0: forever).
+func (n *node) dialServer(ctx context.Context, limit time.Duration) (*control.Conn, error) {
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	c, err := dial.Backoff(ctx, n.cfg.Server, 100*time.Millisecond, 5*time.Second, func(attempt int, err error) {
+		if attempt%10 == 0 {
+			n.log.Info("waiting for dolly-server", "server", n.cfg.Server, "err", err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach dolly-server at %s: %w", n.cfg.Server, err)
+	}
+	return control.NewConn(c), nil
+}
+
+// hello says who this node is (and, coming back, where its cast stands)
+// and, in a keyed cast, runs the key handshake. It returns the server's
+// first message after the handshake.
+func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Duration) (control.Message, error) {
+	var nonce []byte
+	if n.cfg.Key != nil {
+		nonce = castkey.NewNonce()
+	}
+	_, port, _ := net.SplitHostPort(n.ln.Addr().String())
+	dataHost, _, _ := net.SplitHostPort(n.cfg.DataListen)
+	if ip := net.ParseIP(dataHost); ip != nil && ip.IsUnspecified() {
+		dataHost = ""
+	}
+	h := control.Hello{Version: stream.Version, Name: n.cfg.Name, MACs: probe.MACs(), DataAddr: net.JoinHostPort(dataHost, port),
+		Target: n.cfg.Target, Resume: resume, Nonce: nonce}
+	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
+		return control.Message{}, err
+	}
+	return control.NodeHandshake(c, n.cfg.Key, nonce, n.cfg.Name, timeout)
+}

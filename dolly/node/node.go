@@ -1,0 +1,196 @@
+// Package node is the node agent: it joins a cast, checks and resolves its
+// target, and then, until the server's verdict, receives the stream, writes
+// it to the target and relays it to its children. A node that loses its
+// server keeps its data path and what it has, reconnects, and goes on.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"dolly/dolly/castkey"
+	"dolly/dolly/control"
+	"dolly/dolly/relay"
+	"dolly/dolly/stream"
+	"dolly/imaging"
+)
+
+// Config configures a node.
+type Config struct {
+	Server     string // dolly-server's control address, host:port
+	Target     string // where to write; overrides the server's -target
+	Name       string // how the server shows this node; default: the hostname
+	DataListen string // where upstream connects; default ":0" (any port)
+	// JoinTimeout bounds the wait for the server to answer; 0 waits forever,
+	// as a netbooted node must when it boots before the server starts.
+	JoinTimeout time.Duration
+	// ReconnectTimeout bounds the wait for a lost server during a cast; the
+	// node keeps what it has and goes on when the server is back.
+	ReconnectTimeout time.Duration
+	// ServerTimeout is how long the node hears nothing from the server
+	// before it takes the server for lost.
+	ServerTimeout time.Duration
+	// ConnectTimeout bounds reaching a child once told to.
+	ConnectTimeout time.Duration
+	// ProgressEvery is how often the node reports progress.
+	ProgressEvery time.Duration
+	// NoSplice forwards with user-space copies even where splice works, to
+	// compare the two or to work around a kernel that misbehaves.
+	NoSplice bool
+	// Buffered writes a block device through the page cache instead of
+	// with O_DIRECT, for a driver that handles direct writes badly.
+	Buffered bool
+	// NoProbe skips measuring the machine when joining.
+	NoProbe bool
+	// Force writes over a target that is mounted or in use.
+	Force bool
+	// Key is the cast key; with it the node joins only a server that
+	// proves it knows the key, and takes only frames tagged under it.
+	// Without it the node joins only a server that has none.
+	Key    castkey.Key
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+	}
+	if c.DataListen == "" {
+		c.DataListen = ":0"
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = 10 * time.Minute
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = 15 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 500 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Result is what a node did.
+type Result struct {
+	Target  string
+	Written int64
+	Digest  imaging.Digest
+	Elapsed time.Duration
+	// After is the server's after-cast action for netbooted nodes.
+	After string
+}
+
+// node is one run of the node agent.
+type node struct {
+	cfg Config
+	log *slog.Logger
+	ln  net.Listener // data connections from upstreams
+	ctl *session     // the control connection, across lost servers
+
+	welcome control.Welcome
+	// frameKey checks (and decrypts) the frames of a keyed cast; nil in
+	// an unkeyed one.
+	frameKey *stream.FrameKey
+	target   string
+	relay    *relay.Relay
+	encoding string // how the stream travels, from the assignment
+	counters stream.Counters
+	start    time.Time
+	// initial are the children of the first assignment, attached before
+	// the stream starts flowing.
+	initial []control.Peer
+
+	// The stream's header, from the first upstream; headerSet is closed
+	// once it is known. mu also guards tg.
+	mu        sync.Mutex
+	header    *stream.StreamHeader
+	headerSet chan struct{}
+	upstreams upstreamOrder
+	tg        *imaging.Target // the opened target, closed when the node ends
+
+	out outcome
+}
+
+// outcome is what the node has made of the stream. The cast loop alone
+// writes it; the session reads it when it resumes with a server.
+type outcome struct {
+	mu     sync.Mutex
+	done   bool // the receiver has the whole stream (and wrote it, or failed)
+	digest imaging.Digest
+}
+
+func (o *outcome) set(d imaging.Digest) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done, o.digest = true, d
+}
+
+func (o *outcome) get() (done bool, d imaging.Digest) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done, o.digest
+}
+
+// Run joins the cast at cfg.Server, writes the image to the target,
+// forwards it to the node's children and returns once the server has
+// confirmed the target verified. Any other outcome is an error. When the
+// server is lost during the cast the node keeps its data path and what it
+// has, reconnects, and goes on with the server it finds.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg.defaults()
+	n := &node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), headerSet: make(chan struct{})}
+	ln, err := net.Listen("tcp", cfg.DataListen)
+	if err != nil {
+		return Result{}, fmt.Errorf("data listener on %s: %w", cfg.DataListen, err)
+	}
+	n.ln = ln
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res, err := n.run(ctx)
+	n.mu.Lock()
+	if n.tg != nil {
+		n.tg.Close()
+	}
+	n.mu.Unlock()
+	return res, err
+}
+
+func (n *node) run(ctx context.Context) (Result, error) {
+	c, err := n.dialServer(ctx, n.cfg.JoinTimeout)
+	if err != nil {
+		return Result{}, err
+	}
+	n.ctl = newSession(n, c)
+	defer n.ctl.close()
+	stop := context.AfterFunc(ctx, n.ctl.close)
+	defer stop()
+	a, err := n.join(ctx, c)
+	if err != nil {
+		return Result{}, err
+	}
+	return n.cast(ctx, a)
+}
+
+// fail tells the server why this node cannot go on and returns that as an
+// error.
+func (n *node) fail(reason string) error {
+	n.ctl.send(control.Message{Type: control.MsgFail, Reason: reason})
+	return errors.New(reason)
+}
+
+func (n *node) result() Result {
+	_, d := n.out.get()
+	return Result{Target: n.target, Written: n.counters.Written.Load(), Digest: d, Elapsed: time.Since(n.start)}
+}

@@ -1,0 +1,184 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"dolly/dolly/control"
+	"dolly/dolly/stream"
+	"dolly/imaging"
+	"dolly/internal/testimage"
+)
+
+// fakeServer plays dolly-server's control side for one node, step by step.
+type fakeServer struct {
+	t  *testing.T
+	ln net.Listener
+}
+
+func (s *fakeServer) accept() (*control.Conn, *control.Hello) {
+	s.t.Helper()
+	c, err := s.ln.Accept()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	conn := control.NewConn(c)
+	m := s.recv(conn, control.MsgHello)
+	return conn, m.Hello
+}
+
+// recv returns the next message of type want, skipping progress reports.
+func (s *fakeServer) recv(c *control.Conn, want control.MsgType) control.Message {
+	s.t.Helper()
+	for {
+		m, err := c.Recv(10 * time.Second)
+		if err != nil {
+			s.t.Fatalf("waiting for %s: %v", want, err)
+		}
+		if m.Type == want {
+			return m
+		}
+		if m.Type != control.MsgProgress {
+			s.t.Fatalf("got %s (%s), want %s", m.Type, m.Reason, want)
+		}
+	}
+}
+
+func (s *fakeServer) send(c *control.Conn, m control.Message) {
+	s.t.Helper()
+	if err := c.Send(m); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// encodeImage returns the stream of a raw image: its header and the bytes
+// after it.
+func encodeImage(t *testing.T, path string, cast stream.CastID) (stream.StreamHeader, []byte, imaging.Digest) {
+	t.Helper()
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	enc, err := stream.NewEncoder(im, cast, 256<<10, imaging.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var b bytes.Buffer
+	for {
+		c, err := enc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(c.Header)
+		b.Write(c.Payload)
+		b.Write(c.Tag)
+	}
+	return enc.Header(), b.Bytes(), enc.Digest()
+}
+
+// A node that loses its server mid-cast reconnects, and what it then tells
+// the server (its resume, or a done once it is back) says it has the whole
+// image with the right digest. The receiver finishes while the node is
+// rejoining, which is when the cast loop and the reconnecting session both
+// touch what the node has made of the stream: run with -race, this test
+// catches any access to it that is not synchronised.
+func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
+	dir := t.TempDir()
+	img, target := filepath.Join(dir, "image"), filepath.Join(dir, "target")
+	const size = 3 << 20
+	if err := testimage.Write(img, size, 7, testimage.Typical); err != nil {
+		t.Fatal(err)
+	}
+	if err := testimage.Fill(target, 0xAA, size); err != nil {
+		t.Fatal(err)
+	}
+	cast := stream.CastID{4, 2}
+	h, data, digest := encodeImage(t, img, cast)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &fakeServer{t: t, ln: ln}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type outcome struct {
+		res Result
+		err error
+	}
+	ran := make(chan outcome, 1)
+	go func() {
+		res, err := Run(ctx, Config{Server: ln.Addr().String(), Name: "pc01", Target: target, DataListen: "127.0.0.1:0",
+			NoProbe: true, Buffered: true, ServerTimeout: 10 * time.Second, ReconnectTimeout: 30 * time.Second})
+		ran <- outcome{res, err}
+	}()
+
+	c1, hello := srv.accept()
+	welcome := control.Welcome{Cast: cast, Image: "image", ImageSize: size, Fingerprint: "fp"}
+	srv.send(c1, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
+	srv.recv(c1, control.MsgReady)
+	srv.send(c1, control.Message{Type: control.MsgAssign, Assign: &control.Assign{Upstream: "source", Encoding: "raw"}})
+
+	// The stream's first half, then the server goes away.
+	_, port, _ := net.SplitHostPort(hello.DataAddr)
+	up, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	if pos, err := stream.OpenStream(up, h, nil); err != nil || pos != 0 {
+		t.Fatalf("opening the stream: pos %d, %v", pos, err)
+	}
+	half := len(data) / 2
+	if _, err := up.Write(data[:half]); err != nil {
+		t.Fatal(err)
+	}
+	c1.Close()
+
+	// The node comes back; while it waits for the answer to its hello,
+	// the rest of the stream arrives and the node finishes.
+	c2, hello2 := srv.accept()
+	defer c2.Close()
+	r := hello2.Resume
+	if r == nil || r.Cast != cast || r.Encoding != "raw" || r.Target != target {
+		t.Fatalf("rejoined with resume %+v", r)
+	}
+	if _, err := up.Write(data[half:]); err != nil {
+		t.Fatal(err)
+	}
+	up.(*net.TCPConn).CloseWrite()
+	welcome.Resumed = true
+	srv.send(c2, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
+	if !r.Done {
+		m := srv.recv(c2, control.MsgDone)
+		r.Done, r.Digest = true, m.Done.Digest
+	}
+	if r.Digest != digest.String() {
+		t.Fatalf("node reports digest %s, the image's is %s", r.Digest, digest)
+	}
+	srv.send(c2, control.Message{Type: control.MsgResult, Result: &control.Result{OK: true, Message: "target verified"}})
+
+	out := <-ran
+	if out.err != nil {
+		t.Fatalf("node: %v", out.err)
+	}
+	if out.res.Digest != digest {
+		t.Errorf("node result digest %s, want %s", out.res.Digest, digest)
+	}
+	want, _ := testimage.SHA256(img, -1)
+	if got, _ := testimage.SHA256(target, -1); got != want {
+		t.Fatalf("target sha256 %s, image %s", got, want)
+	}
+}

@@ -1,0 +1,334 @@
+// Package probe measures a machine for the capacity model: its link, its
+// target's write rate, its copy, digest, TCP and codec rates, each bounded
+// in bytes and time.
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"dolly/capacity"
+	"dolly/imaging"
+	"dolly/internal/units"
+)
+
+// Config says what to measure. Every measurement is bounded in bytes
+// and time, and none changes a byte of data: the target's write rate is
+// measured by writing back what was just read from it.
+type Config struct {
+	Name   string // host name to report; default: the hostname
+	Target string // block device or file whose write rate to measure; "" skips
+	Image  string // the source's image, whose read rate to measure; "" skips
+	// LocalIP is this machine's address facing the cast, to find its NIC;
+	// nil takes the interface of the default route.
+	LocalIP net.IP
+	// Budget bounds each measurement; default 250 ms.
+	Budget time.Duration
+	// Compress also measures compression rates (the source compresses raw
+	// images on the fly when the plan says so).
+	Compress bool
+	// Buffered measures writes to a block device through the page cache,
+	// as a node run with Buffered writes them; otherwise with O_DIRECT.
+	Buffered bool
+}
+
+// Report is a probe with what people need to read it.
+type Report struct {
+	capacity.Probe
+	NIC   string   `json:"nic,omitempty"`   // the interface measured
+	Notes []string `json:"notes,omitempty"` // what could not be measured, and why
+}
+
+// probeBlock is the unit of the disk probes: large enough for sequential
+// rates, aligned for O_DIRECT.
+const probeBlock = 4 << 20
+
+// diskProbe is what a disk measurement found.
+type diskProbe struct {
+	rate    float64 // bytes per second through the write path to the disk
+	cpuRate float64 // bytes per second one core can push through that path
+	how     string
+}
+
+// Run measures this machine for the capacity model.
+func Run(ctx context.Context, cfg Config) Report {
+	if cfg.Budget <= 0 {
+		cfg.Budget = 250 * time.Millisecond
+	}
+	var r Report
+	r.Hostname = cfg.Name
+	if r.Hostname == "" {
+		r.Hostname, _ = os.Hostname()
+	}
+	r.Cores = runtime.NumCPU()
+	note := func(format string, a ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+
+	if nic, speed, err := nicSpeed(cfg.LocalIP); err != nil {
+		note("link speed: %v", err)
+		r.NIC = nic
+	} else {
+		r.NIC, r.NICBytesPerSec = nic, speed
+	}
+	if cfg.Target != "" {
+		d, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4, cfg.Buffered)
+		if err != nil {
+			note("target write rate: %v", err)
+		} else {
+			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
+			note("target write rate: %s", d.how)
+		}
+	}
+	if cfg.Image != "" {
+		rate, err := probeRead(ctx, cfg.Image, cfg.Budget*4)
+		if err != nil {
+			note("image read rate: %v", err)
+		} else {
+			r.DiskReadBytesPerSec = rate
+		}
+	}
+	// One pair of buffers serves every memory measurement, so probing
+	// stays small next to a node's working set.
+	// Garbage from one step is collected before the next, so the peak is
+	// that of the largest step, not of them all.
+	runtime.GC()
+	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
+	imaging.StandardSample(src, 1)
+	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
+	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
+	if rate, err := probeNetStream(src, r.MemcpyBytesPerSec, cfg.Budget); err != nil {
+		note("TCP stream cost: %v", err)
+	} else {
+		r.NetStreamBytesPerSec = rate
+	}
+	dst = nil
+	sample := src[:2<<20]
+	r.DecompressBytesPerSec = map[string]float64{}
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
+		runtime.GC()
+		rate, err := probeDecompress(enc, cfg.Budget)
+		if err != nil {
+			note("%s decompression: %v", enc, err)
+			continue
+		}
+		r.DecompressBytesPerSec[enc.String()] = rate
+	}
+	if cfg.Compress {
+		runtime.GC()
+		rate, err := probeCompress(sample, cfg.Budget)
+		if err != nil {
+			note("zstd compression: %v", err)
+		} else {
+			r.CompressBytesPerSec = map[string]float64{imaging.Zstd.String(): rate}
+		}
+	}
+	// Hand the buffers back before the cast needs the memory.
+	src, sample = nil, nil
+	debug.FreeOSMemory()
+	return r
+}
+
+// nicSpeed finds the interface holding ip (or the default route's) and
+// reads the speed it negotiated.
+func nicSpeed(ip net.IP) (string, float64, error) {
+	name, err := interfaceFor(ip)
+	if err != nil {
+		return "", 0, err
+	}
+	if name == "lo" {
+		return name, 0, errors.New("loopback has no link speed (no link limit is modelled)")
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", name, "speed"))
+	if err != nil {
+		return name, 0, fmt.Errorf("%s reports no speed (a bridge, a tunnel or a virtual NIC?)", name)
+	}
+	mbit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || mbit <= 0 {
+		return name, 0, fmt.Errorf("%s reports no speed (link down, or a virtual NIC)", name)
+	}
+	return name, float64(mbit) * 1e6 / 8, nil
+}
+
+func interfaceFor(ip net.IP) (string, error) {
+	if ip == nil {
+		return defaultRouteInterface()
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return i.Name, nil
+			}
+		}
+	}
+	if ip.IsLoopback() {
+		return "lo", nil
+	}
+	return "", fmt.Errorf("no interface holds %s", ip)
+}
+
+// defaultRouteInterface reads the kernel's IPv4 routing table.
+func defaultRouteInterface() (string, error) {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 2 && fields[1] == "00000000" && fields[0] != "Iface" {
+			return fields[0], nil
+		}
+	}
+	return "", errors.New("no default route")
+}
+
+// measure runs work repeatedly for about budget and returns bytes/s.
+// The rate is over the CPU time of the thread that runs work, not the
+// clock: a rate per core that other programs on the machine (other nodes
+// probing at the same time, writeback) do not skew, nor the rest of this
+// process (dolly-server probes itself while nodes join).
+func measure(budget time.Duration, work func() int) float64 {
+	var rate float64
+	imaging.OnOneThread(func(cpu func() time.Duration) {
+		var n int64
+		start, cpu0 := time.Now(), cpu()
+		for time.Since(start) < budget || n == 0 {
+			n += int64(work())
+		}
+		if spent := cpu() - cpu0; spent > 0 {
+			rate = float64(n) / spent.Seconds()
+		} else {
+			rate = float64(n) / time.Since(start).Seconds()
+		}
+	})
+	return rate
+}
+
+// probeDecompress measures dolly's own decoder on the standard sample,
+// decoded as one long stream, as a node decodes a cast.
+func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error) {
+	s, err := imaging.NewSampleDecoder(enc)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	buf := make([]byte, 1<<20)
+	var failed error
+	rate := measure(budget, func() int {
+		n, err := s.Decode(buf)
+		if err != nil {
+			failed = err
+			return max(n, 1)
+		}
+		return n
+	})
+	return rate, failed
+}
+
+// probeCompress measures on-the-fly zstd compression on one core.
+func probeCompress(sample []byte, budget time.Duration) (float64, error) {
+	var failed error
+	rate := measure(budget, func() int {
+		if err := imaging.Compress(io.Discard, imaging.Zstd, bytes.NewReader(sample), 1); err != nil {
+			failed = err
+		}
+		return len(sample)
+	})
+	return rate, failed
+}
+
+// Format renders the report for people.
+func (r Report) Format() string {
+	var b strings.Builder
+	rate := func(v float64) string {
+		if v <= 0 {
+			return "not measured"
+		}
+		return units.FormatBytes(int64(v)) + "/s"
+	}
+	fmt.Fprintf(&b, "probe of %s (%d cores)\n", r.Hostname, r.Cores)
+	nic := "link speed"
+	if r.NIC != "" {
+		nic += " (" + r.NIC + ")"
+	}
+	linkRate := rate(r.NICBytesPerSec)
+	if r.NICBytesPerSec > 0 {
+		linkRate = fmt.Sprintf("%s (%.0f Mbit/s)", linkRate, r.NICBytesPerSec*8/1e6)
+	}
+	rows := [][2]string{
+		{nic, linkRate},
+		{"target write", rate(r.DiskWriteBytesPerSec)},
+		{"write path, one core", rate(r.DiskWriteCPUBytesPerSec)},
+		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
+	}
+	if r.DiskReadBytesPerSec > 0 {
+		rows = append(rows, [2]string{"image read", rate(r.DiskReadBytesPerSec)})
+	}
+	rows = append(rows,
+		[2]string{"memory copy, one core", rate(r.MemcpyBytesPerSec)},
+		[2]string{"CRC-32C, one core", rate(r.DigestBytesPerSec)})
+	for _, codec := range []string{"zstd", "gzip"} {
+		rows = append(rows, [2]string{codec + " decode", rate(r.DecompressBytesPerSec[codec])})
+	}
+	if v := r.CompressBytesPerSec["zstd"]; v > 0 {
+		rows = append(rows, [2]string{"zstd encode, one core", rate(v)})
+	}
+	for _, row := range rows {
+		fmt.Fprintf(&b, "  %-24s %s\n", row[0], row[1])
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	return b.String()
+}
+
+// LocalIPFor returns the local address this machine would use to reach
+// addr (host:port or host), without sending anything.
+func LocalIPFor(addr string) (net.IP, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return nil, fmt.Errorf("no route to %s: %w", host, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+// NICSpeed returns the interface holding ip and the speed it negotiated in
+// bytes per second, or an error saying why it is unknown.
+func NICSpeed(ip net.IP) (string, float64, error) { return nicSpeed(ip) }
+
+// MACs lists the hardware addresses of the machine's interfaces.
+func MACs() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 && len(i.HardwareAddr) > 0 {
+			out = append(out, i.HardwareAddr.String())
+		}
+	}
+	return out
+}

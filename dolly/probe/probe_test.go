@@ -1,0 +1,75 @@
+package probe
+
+import (
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/internal/testenv"
+	"dolly/internal/testimage"
+)
+
+func TestProbeMeasuresWithoutChangingTheTarget(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "disk")
+	if err := testimage.Write(target, 48<<20, 3, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := testimage.SHA256(target, -1)
+	r := Run(t.Context(), Config{Name: "pc07", Target: target, Budget: 20 * time.Millisecond, Compress: true, LocalIP: net.IPv4(127, 0, 0, 1)})
+	after, _ := testimage.SHA256(target, -1)
+	if after != before {
+		t.Fatal("probing the target changed its content")
+	}
+	if r.Hostname != "pc07" || r.Cores < 1 {
+		t.Errorf("name %q, cores %d", r.Hostname, r.Cores)
+	}
+	for name, v := range map[string]float64{
+		"target write": r.DiskWriteBytesPerSec, "memcpy": r.MemcpyBytesPerSec, "digest": r.DigestBytesPerSec,
+		"zstd decode": r.DecompressBytesPerSec["zstd"], "gzip decode": r.DecompressBytesPerSec["gzip"],
+		"zstd encode": r.CompressBytesPerSec["zstd"],
+	} {
+		if v <= 1e6 {
+			t.Errorf("%s: %v bytes/s", name, v)
+		}
+	}
+	if r.NICBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "loopback has no link speed") {
+		t.Errorf("loopback link: %v bytes/s, notes %q", r.NICBytesPerSec, r.Notes)
+	}
+	text := r.Format()
+	for _, want := range []string{"probe of pc07", "target write", "zstd decode", "CRC-32C"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestProbeOfMissingTargetUsesATemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	r := Run(t.Context(), Config{Target: filepath.Join(dir, "new.img"), Budget: 10 * time.Millisecond})
+	if r.DiskWriteBytesPerSec <= 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "temporary file") {
+		t.Fatalf("write rate %v, notes %q", r.DiskWriteBytesPerSec, r.Notes)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) != 0 {
+		t.Fatalf("the probe left %v behind", m)
+	}
+}
+
+// A mounted block device is in use: the probe must leave it alone.
+func TestProbeLeavesAMountedDeviceAlone(t *testing.T) {
+	testenv.RequireProgram(t, "mkfs.ext4", "e2fsprogs")
+	file := filepath.Join(t.TempDir(), "disk")
+	if err := testimage.Fill(file, 0, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	dev := testenv.LoopDevice(t, file)
+	testenv.Run(t, "mkfs.ext4", "-q", dev)
+	mnt := t.TempDir()
+	testenv.Run(t, "mount", dev, mnt)
+	t.Cleanup(func() { testenv.Run(t, "umount", mnt) })
+	r := Run(t.Context(), Config{Target: dev, Budget: 10 * time.Millisecond})
+	if r.DiskWriteBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "in use") {
+		t.Fatalf("probe of a mounted device: %v bytes/s, notes %q", r.DiskWriteBytesPerSec, r.Notes)
+	}
+}

@@ -1,0 +1,190 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// relayChild is one child: its connection, and a goroutine sending its
+// jobs in order.
+type relayChild struct {
+	name   string
+	conn   net.Conn
+	jobs   chan childJob
+	tokens chan struct{} // one per job the child may have queued
+	slack  int
+	skip   int64 // stream bytes the child already has, still to skip
+	pipe   rawPipe
+	dead   atomic.Bool
+	// detached says the child was cut off on purpose: not a loss to report.
+	detached atomic.Bool
+	err      error
+	done     chan struct{}
+	once     sync.Once
+	r        *Relay
+}
+
+// childJob is what a child is sent next: n bytes from its pipe (splice),
+// data (copy), or a catch-up from the history.
+type childJob struct {
+	n       int
+	skip    int // of those first bytes, how many to discard
+	data    []byte
+	extra   []byte // after a short tee, the rest from user space
+	catchUp bool
+	from    int64
+	to      int64
+	release func()
+}
+
+// defaultDeliveryStall bounds the wait for a child that stopped reading
+// just before the end: a disk pausing for a few seconds is normal.
+const defaultDeliveryStall = 30 * time.Second
+
+// childSlack is how many rounds a child may fall behind before the relay
+// waits for it, so children sharing a link do not stall each other.
+const childSlack = 3
+
+func (r *Relay) newChild(name string, c net.Conn) (*relayChild, error) {
+	ch := &relayChild{name: name, conn: c, jobs: make(chan childJob, childSlack+1), tokens: make(chan struct{}, childSlack), slack: childSlack, done: make(chan struct{}), r: r}
+	if r.zeroCopy {
+		p, err := r.sp.childPipe()
+		if err != nil {
+			return nil, err
+		}
+		ch.pipe = p
+	}
+	for range ch.slack {
+		ch.tokens <- struct{}{}
+	}
+	r.mu.Lock()
+	r.named[name] = ch
+	r.mu.Unlock()
+	go ch.run()
+	return ch, nil
+}
+
+// send queues a job that takes no token (a catch-up).
+func (ch *relayChild) send(j childJob) { ch.jobs <- j }
+
+func (ch *relayChild) run() {
+	defer close(ch.done)
+	for j := range ch.jobs {
+		if !ch.dead.Load() {
+			if err := ch.r.sendJob(ch, j); err != nil {
+				ch.err = fmt.Errorf("sending to %s: %w", ch.name, err)
+				ch.dead.Store(true)
+				ch.conn.Close()
+			}
+		}
+		if ch.dead.Load() && ch.r.zeroCopy {
+			drain(ch.pipe.r)
+		}
+		if j.release != nil {
+			j.release()
+		}
+		if !j.catchUp {
+			ch.tokens <- struct{}{}
+		}
+	}
+}
+
+// wait waits until the child has been sent every job queued.
+func (ch *relayChild) wait(ctx context.Context) error {
+	for range ch.slack {
+		select {
+		case <-ch.tokens:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for range ch.slack {
+		ch.tokens <- struct{}{}
+	}
+	return nil
+}
+
+// finish stops the child: a clean half-close after everything was sent,
+// or closing its connection.
+func (ch *relayChild) finish(clean bool) {
+	ch.once.Do(func() {
+		if !clean {
+			ch.conn.Close() // unblocks a send in progress
+		}
+		close(ch.jobs)
+		<-ch.done
+		if clean && !ch.dead.Load() {
+			// A half-close says "end of stream" (the child sends nothing
+			// that could be left unread and turn the close into a
+			// reset). The kernel would deliver what it still queues
+			// after the close too, but only while this host is up, and
+			// a netbooted node powers off next: wait until the child's
+			// kernel has acknowledged it all. A child that never does is
+			// the server's to notice (it falls silent, or stops short);
+			// Detach cuts the wait.
+			if cw, ok := ch.conn.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+			awaitDelivered(ch.conn, ch.r.deliveryStall)
+		}
+		// Named until here, so that Detach can cut the wait above.
+		ch.r.mu.Lock()
+		if ch.r.named[ch.name] == ch {
+			delete(ch.r.named, ch.name)
+		}
+		ch.r.mu.Unlock()
+		ch.conn.Close()
+		if ch.r.zeroCopy {
+			ch.pipe.close()
+		}
+	})
+}
+
+// distributeCopy is the portable path: every child gets the round's bytes.
+func (r *Relay) distributeCopy(n int) error {
+	data := r.copyBuf[:n]
+	r.copyBuf = nil
+	for _, ch := range r.children {
+		<-ch.tokens
+		j := childJob{data: data}
+		if ch.skip > 0 {
+			k := min(ch.skip, int64(n))
+			ch.skip -= k
+			j.data = data[k:]
+		}
+		ch.jobs <- j
+	}
+	if _, err := r.localW.Write(data); err != nil {
+		return fmt.Errorf("relay: local copy: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) copyRound(up Upstream) (int, error) {
+	if r.copyBuf == nil {
+		r.copyBuf = make([]byte, roundSize) // children keep the previous one
+	}
+	n, err := up.Read(r.copyBuf)
+	if err == nil && n == 0 {
+		err = io.ErrNoProgress
+	}
+	return n, err
+}
+
+// sendJob sends one job to a child.
+func (r *Relay) sendJob(ch *relayChild, j childJob) error {
+	switch {
+	case j.catchUp:
+		return r.hist.writeRange(ch.conn, j.from, j.to)
+	case j.data != nil:
+		_, err := ch.conn.Write(j.data)
+		return err
+	default:
+		return r.sendSplice(ch, j)
+	}
+}

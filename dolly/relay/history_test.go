@@ -1,0 +1,101 @@
+package relay
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+)
+
+func TestHistoryPassesEverythingThrough(t *testing.T) {
+	data := randomBytes(5<<20+77, 9)
+	h := newHistory(64 << 10)
+	go h.fill(iotest.HalfReader(bytes.NewReader(data)))
+	got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(h, 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(append(got, rest...), data) {
+		t.Fatal("the reader did not get the stream as it was filled")
+	}
+}
+
+func TestHistoryServesRecentBytes(t *testing.T) {
+	data := randomBytes(3<<20, 10)
+	const size = 1 << 20
+	h := newHistory(size)
+	done := make(chan error, 1)
+	go func() { done <- h.fill(bytes.NewReader(data)) }()
+	// Read 2 MiB; the history then holds the last 1 MiB of what was read
+	// (and what was filled beyond it).
+	if _, err := io.ReadFull(h, make([]byte, 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.waitEnd(2 << 20); err != nil {
+		t.Fatal(err)
+	}
+	from := int64(2<<20 - 300_000)
+	release, ok := h.hold(from)
+	if !ok {
+		start, end := h.bounds()
+		t.Fatalf("offset %d not held; history holds [%d, %d)", from, start, end)
+	}
+	// Reading on while the hold is in place must not overwrite it.
+	go io.Copy(io.Discard, h)
+	var out bytes.Buffer
+	if err := h.writeRange(&out, from, from+250_000); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if !bytes.Equal(out.Bytes(), data[from:from+250_000]) {
+		t.Fatal("a catch-up got other bytes than the stream's")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.hold(0); ok {
+		t.Fatal("the history claims to hold offset 0 after 3 MiB through a 1 MiB buffer")
+	}
+}
+
+// A hold keeps the history from moving past it: filling waits.
+func TestHistoryHoldBlocksFilling(t *testing.T) {
+	h := newHistory(1 << 16)
+	r := rand.New(rand.NewPCG(1, 1))
+	src := io.LimitReader(readerFunc(func(p []byte) (int, error) {
+		for i := range p {
+			p[i] = byte(r.Uint32())
+		}
+		return len(p), nil
+	}), 1<<20)
+	release, ok := h.hold(0)
+	if !ok {
+		t.Fatal("offset 0 not held at the start")
+	}
+	filled := make(chan struct{})
+	go func() { h.fill(src); close(filled) }()
+	go io.Copy(io.Discard, h)
+	if err := h.waitEnd(1 << 16); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-filled:
+		t.Fatal("filling went past a hold")
+	default:
+	}
+	_, end := h.bounds()
+	if end > 1<<16 {
+		t.Fatalf("history filled to %d past a hold at 0 with room for %d", end, 1<<16)
+	}
+	release()
+	<-filled
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,582 @@
+// Package relay forwards a node's stream verbatim to its children and keeps
+// the node's own copy in a history that its frame reader reads and that
+// serves children that join late or lose their upstream.
+package relay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Relay forwards a node's stream verbatim to its children and keeps the
+// node's own copy in a history that its frame reader reads (Reader) and
+// that serves children that join late or lose their upstream.
+//
+// The upstream and the children can change while the stream flows: a node
+// whose upstream died gets a new one (SetUpstream) and goes on from the
+// byte it had reached; a child that lost its upstream is attached here
+// (Attach) from the byte it had reached, served from the history first.
+//
+// On Linux, TCP streams move with splice(2) and tee(2): forwarding costs no
+// user-space copy. Elsewhere, and with NoSplice, bytes are copied.
+//
+// Its endings, each one word: the stream has *ended* once its upstream
+// closed after the end frame; it is *delivered* once every child was sent
+// all of it (Drained); the relay has *stopped* once Run has returned. A
+// child is *finished* once its connection was half-closed or closed.
+type Relay struct {
+	hist     *history
+	localR   *os.File // the node's copy, filled into hist
+	localW   *os.File
+	zeroCopy bool
+	// teeLimit, when set, caps each tee so tests can exercise the
+	// short-tee path that the kernel takes only rarely.
+	teeLimit int
+	// deliveryStall is how long a finished child may acknowledge nothing
+	// before the relay stops waiting for it to have the whole stream.
+	deliveryStall time.Duration
+
+	reqs chan relayRequest
+	// pending counts requests on their way to the loop: a loop woken for
+	// one waits for it rather than going back to an idle upstream.
+	pending atomic.Int64
+	given   chan struct{} // a pending request was given up
+	events  chan Event
+	stopped chan struct{} // closed when Run returns
+	// delivered is closed once the stream has ended and every child had
+	// it; late counts children attached afterwards that are still served.
+	delivered chan struct{}
+	late      sync.WaitGroup
+	serveLate bool // see Config.ServeLate
+
+	mu    sync.Mutex
+	up    Upstream // the current upstream, to wake the loop on a request
+	pos   atomic.Int64
+	ended bool // the stream ended; new children get the rest and an end
+	// named are the children by name, for Detach to cut off a child that
+	// holds the loop up because it does not read.
+	named map[string]*relayChild
+
+	// Owned by the loop.
+	children []*relayChild
+	sp       *spliceState
+	copyBuf  []byte
+}
+
+// Upstream is what a relay reads from: a TCP connection, or the source's
+// pipe from its encoder.
+type Upstream interface {
+	io.ReadCloser
+	syscall.Conn
+	SetReadDeadline(time.Time) error
+}
+
+// Event tells the node what happened to its data path.
+type Event struct {
+	Kind EventKind
+	Name string // the child concerned
+	Err  error
+	Pos  int64 // stream bytes received when the upstream was lost
+}
+
+// EventKind names an Event.
+type EventKind int
+
+const (
+	ChildLost    EventKind = iota // a child's connection failed; it was dropped
+	UpstreamLost                  // the upstream ended before the end of the stream
+)
+
+// pipeSize is the capacity asked of every pipe: one splice moves at most
+// a quarter of it, and it bounds how far a relay runs ahead of a child.
+const pipeSize = 1 << 20
+
+// roundSize is the most one round moves in copy mode.
+const roundSize = 256 << 10
+
+// Config says how a relay runs.
+type Config struct {
+	// NoSplice forwards with user-space copies even where splice works, to
+	// compare the two or to work around a kernel that misbehaves.
+	NoSplice bool
+	// NoLocalCopy says this host reads no copy of the stream (the source
+	// has no disk to write): the history then only serves children.
+	NoLocalCopy bool
+	// ServeLate keeps the relay serving children that come late from its
+	// history after the stream has ended, until Run's context ends: a
+	// child whose upstream died near the end still gets the rest.
+	ServeLate bool
+	// DeliveryStall is how long a finished child may acknowledge nothing
+	// before the relay stops waiting for it to have the whole stream;
+	// default 30 s, as a disk pausing for a few seconds is normal.
+	DeliveryStall time.Duration
+}
+
+// New makes a relay with no upstream and no children yet.
+func New(cfg Config) (*Relay, error) {
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	setPipeSize(lw, pipeSize)
+	r := &Relay{
+		hist:      newHistory(historySize),
+		localR:    lr,
+		localW:    lw,
+		zeroCopy:  !cfg.NoSplice && spliceSupported,
+		serveLate: cfg.ServeLate,
+		reqs:      make(chan relayRequest),
+		given:     make(chan struct{}, 1),
+		events:    make(chan Event, 64),
+		stopped:   make(chan struct{}),
+		delivered: make(chan struct{}),
+		named:     map[string]*relayChild{},
+
+		deliveryStall: cmp.Or(cfg.DeliveryStall, defaultDeliveryStall),
+	}
+	if r.zeroCopy {
+		if r.sp, err = newSpliceState(); err != nil {
+			lr.Close()
+			lw.Close()
+			return nil, err
+		}
+	}
+	if cfg.NoLocalCopy {
+		r.hist.stopReading()
+	}
+	return r, nil
+}
+
+// ZeroCopy reports whether the relay forwards without user-space copies.
+func (r *Relay) ZeroCopy() bool { return r.zeroCopy }
+
+// Pos is the number of stream bytes received so far (after the header).
+func (r *Relay) Pos() int64 { return r.pos.Load() }
+
+// Reader is the node's own copy of the stream, for its frame reader. The
+// node must keep reading it, or the relay stalls once the history is full.
+func (r *Relay) Reader() io.Reader { return r.hist }
+
+// EndSeen tells the relay that the node's frame reader verified the end
+// frame: an upstream that closes now has finished, not failed.
+func (r *Relay) EndSeen() { r.hist.markEnd() }
+
+// DropLocalCopy tells the relay the node no longer reads its copy (its
+// disk failed); the relay goes on forwarding and keeps history for
+// children.
+func (r *Relay) DropLocalCopy() { r.hist.stopReading() }
+
+// Events reports what happens to the data path. It is buffered; a slow
+// reader misses nothing that matters, as the server learns of failures on
+// its own too.
+func (r *Relay) Events() <-chan Event { return r.events }
+
+func (r *Relay) emit(e Event) {
+	select {
+	case r.events <- e:
+	default:
+	}
+}
+
+type requestKind int
+
+const (
+	reqUpstream requestKind = iota
+	reqAttach
+	reqDetach
+	reqNames
+)
+
+type relayRequest struct {
+	kind  requestKind
+	up    Upstream
+	conn  net.Conn
+	name  string
+	from  int64
+	reply chan relayReply
+}
+
+type relayReply struct {
+	pos   int64
+	names []string
+	err   error
+}
+
+// request hands a request to the loop, waking it if it waits on upstream.
+func (r *Relay) request(ctx context.Context, q relayRequest) (relayReply, error) {
+	q.reply = make(chan relayReply, 1)
+	// A loop that waits on its upstream takes requests only once woken;
+	// waking one that is busy costs it a spare turn, nothing more.
+	r.pending.Add(1)
+	r.wake()
+	giveUp := func() {
+		r.pending.Add(-1)
+		select {
+		case r.given <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case r.reqs <- q:
+	case <-ctx.Done():
+		giveUp()
+		return relayReply{}, ctx.Err()
+	case <-r.stopped:
+		giveUp()
+		return relayReply{}, errRelayStopped
+	}
+	select {
+	case rep := <-q.reply:
+		return rep, rep.err
+	case <-ctx.Done():
+		return relayReply{}, ctx.Err()
+	}
+}
+
+// wake interrupts a read from the upstream so the loop takes requests.
+func (r *Relay) wake() {
+	r.mu.Lock()
+	up := r.up
+	r.mu.Unlock()
+	if up != nil {
+		up.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+var errRelayStopped = errors.New("relay stopped")
+
+// Drained waits until the stream has ended and every child, including
+// ones attached late, has been sent all of it.
+func (r *Relay) Drained(ctx context.Context) error {
+	select {
+	case <-r.delivered:
+	case <-r.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	done := make(chan struct{})
+	go func() { r.late.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetUpstream makes c the relay's upstream from now on, dropping the old
+// one. It returns the position the new upstream must send from.
+func (r *Relay) SetUpstream(ctx context.Context, c Upstream) (int64, error) {
+	rep, err := r.request(ctx, relayRequest{kind: reqUpstream, up: c})
+	return rep.pos, err
+}
+
+// Attach adds a child that has the stream up to from. The bytes it lacks
+// come from the history; an error means the history no longer holds them.
+func (r *Relay) Attach(ctx context.Context, name string, c net.Conn, from int64) error {
+	_, err := r.request(ctx, relayRequest{kind: reqAttach, name: name, conn: c, from: from})
+	return err
+}
+
+// ChildNames lists the children.
+func (r *Relay) ChildNames(ctx context.Context) []string {
+	rep, _ := r.request(ctx, relayRequest{kind: reqNames})
+	return rep.names
+}
+
+// Detach drops a child and closes its connection.
+func (r *Relay) Detach(ctx context.Context, name string) error {
+	// The loop may be waiting for this very child to take its bytes: cut
+	// it off first, so the loop goes on and takes the request.
+	r.mu.Lock()
+	ch := r.named[name]
+	r.mu.Unlock()
+	if ch != nil {
+		ch.cut()
+	}
+	_, err := r.request(ctx, relayRequest{kind: reqDetach, name: name})
+	return err
+}
+
+// Run relays until the stream has ended and every child has it, or ctx is
+// done. Children then get a clean end of stream (half-close); on any other
+// return their connections are closed.
+func (r *Relay) Run(ctx context.Context) (err error) {
+	defer close(r.stopped)
+	fillDone := make(chan error, 1)
+	go func() { fillDone <- r.hist.fill(r.localR) }()
+	defer func() {
+		r.mu.Lock()
+		if r.up != nil {
+			r.up.Close()
+		}
+		r.mu.Unlock()
+		clean := err == nil
+		for _, ch := range r.children {
+			ch.finish(clean)
+		}
+		r.localW.Close()
+		<-fillDone
+		r.localR.Close()
+		if r.sp != nil {
+			r.sp.close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, r.wake)
+	defer stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.takeRequests(ctx)
+		r.mu.Lock()
+		up := r.up
+		r.mu.Unlock()
+		if up == nil {
+			select {
+			case q := <-r.reqs:
+				r.handle(ctx, q)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		n, rerr := r.readRound(up)
+		if n > 0 {
+			if err := r.distribute(n); err != nil {
+				return err
+			}
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			up.SetReadDeadline(time.Time{}) // woken for a request
+			if err := r.awaitPending(ctx); err != nil {
+				return err
+			}
+		default:
+			// The upstream ended. Either the stream is complete, or it was
+			// cut short and a new upstream will take over.
+			if r.hist.waitSettled(ctx, r.pos.Load()) {
+				if err := r.drain(ctx); err != nil {
+					return err
+				}
+				if !r.serveLate {
+					for _, ch := range r.children {
+						ch.finish(true) // before Drained says they have it
+					}
+					close(r.delivered)
+					return nil
+				}
+				r.serveLateChildren(ctx, up)
+				return nil
+			}
+			r.mu.Lock()
+			r.up = nil
+			r.mu.Unlock()
+			up.Close()
+			r.emit(Event{Kind: UpstreamLost, Pos: r.pos.Load(), Err: rerr})
+		}
+	}
+}
+
+// serveLate finishes the children that have everything and serves those
+// attached afterwards from the history, until ctx ends.
+func (r *Relay) serveLateChildren(ctx context.Context, up Upstream) {
+	r.mu.Lock()
+	r.up = nil
+	r.ended = true
+	r.mu.Unlock()
+	up.Close()
+	// Each child's end is delivered on its own: one slow to acknowledge
+	// holds neither the others nor the requests this loop takes.
+	for _, ch := range r.children {
+		r.finishLate(ctx, ch)
+	}
+	r.children = nil
+	close(r.delivered)
+	for {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// finishLate ends a child's stream on its own goroutine, which Drained
+// waits for; ctx ending cuts it short.
+func (r *Relay) finishLate(ctx context.Context, ch *relayChild) {
+	r.late.Add(1)
+	go func() {
+		defer r.late.Done()
+		stop := context.AfterFunc(ctx, ch.cut)
+		defer stop()
+		ch.finish(true)
+	}()
+}
+
+// takeRequests handles the requests waiting, without blocking.
+func (r *Relay) takeRequests(ctx context.Context) {
+	for {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		default:
+			return
+		}
+	}
+}
+
+// awaitPending takes the requests on their way, so that one whose wake-up
+// came before it could be sent does not wait for the upstream's next bytes.
+func (r *Relay) awaitPending(ctx context.Context) error {
+	for r.pending.Load() > 0 {
+		select {
+		case q := <-r.reqs:
+			r.handle(ctx, q)
+		case <-r.given:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (r *Relay) handle(ctx context.Context, q relayRequest) {
+	r.pending.Add(-1)
+	var rep relayReply
+	switch q.kind {
+	case reqUpstream:
+		r.mu.Lock()
+		old := r.up
+		r.up = q.up
+		r.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
+		q.up.SetReadDeadline(time.Time{})
+		rep.pos = r.pos.Load()
+	case reqAttach:
+		rep.err = r.attach(ctx, q.name, q.conn, q.from)
+		if rep.err != nil {
+			q.conn.Close()
+		}
+	case reqNames:
+		for _, ch := range r.children {
+			rep.names = append(rep.names, ch.name)
+		}
+	case reqDetach:
+		for i, ch := range r.children {
+			if ch.name == q.name {
+				ch.finish(false)
+				r.children = append(r.children[:i], r.children[i+1:]...)
+				break
+			}
+		}
+	}
+	q.reply <- rep
+}
+
+// attach adds a child from stream offset from: what it lacks up to here
+// comes from the history, what it has beyond here is skipped.
+func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64) error {
+	if r.zeroCopy {
+		if _, ok := c.(syscall.Conn); !ok {
+			return fmt.Errorf("relay: child %s is not a socket", name)
+		}
+	}
+	pos := r.pos.Load()
+	ch, err := r.newChild(name, c)
+	if err != nil {
+		return err
+	}
+	if from < pos {
+		// Everything received has gone into the history; wait until it
+		// is there before serving from it.
+		if err := r.hist.waitEnd(pos); err != nil {
+			ch.finish(false)
+			return err
+		}
+		release, ok := r.hist.hold(from)
+		if !ok {
+			ch.finish(false)
+			start, end := r.hist.bounds()
+			return fmt.Errorf("relay: child %s needs the stream from byte %d; this node holds [%d, %d)", name, from, start, end)
+		}
+		ch.send(childJob{catchUp: true, from: from, to: pos, release: release})
+	} else {
+		ch.skip = from - pos
+	}
+	if r.ended {
+		// Nothing more will come: the child gets the end of its stream
+		// once its catch-up is sent (finish waits for queued jobs).
+		r.finishLate(ctx, ch)
+		return nil
+	}
+	r.children = append(r.children, ch)
+	return nil
+}
+
+// cut stops sending to the child at once, from any goroutine: its
+// connection is closed, so a send blocked on it returns.
+func (ch *relayChild) cut() {
+	ch.detached.Store(true)
+	ch.dead.Store(true)
+	ch.conn.Close()
+}
+
+// distribute hands a round of n bytes to every child and the local copy.
+func (r *Relay) distribute(n int) error {
+	live := r.children[:0]
+	for _, ch := range r.children {
+		if ch.dead.Load() {
+			if !ch.detached.Load() {
+				r.emit(Event{Kind: ChildLost, Name: ch.name, Err: ch.err})
+			}
+			ch.finish(false)
+			continue
+		}
+		live = append(live, ch)
+	}
+	r.children = live
+	var err error
+	if r.zeroCopy {
+		err = r.distributeSplice(n)
+	} else {
+		err = r.distributeCopy(n)
+	}
+	if err != nil {
+		return err
+	}
+	r.pos.Add(int64(n))
+	return nil
+}
+
+// drain waits until every child has been sent everything.
+func (r *Relay) drain(ctx context.Context) error {
+	for _, ch := range r.children {
+		if err := ch.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRound reads the next round from the upstream.
+func (r *Relay) readRound(up Upstream) (int, error) {
+	if r.zeroCopy {
+		return r.spliceRound(up)
+	}
+	return r.copyRound(up)
+}

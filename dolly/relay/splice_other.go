@@ -1,0 +1,30 @@
+//go:build !linux
+
+package relay
+
+import (
+	"errors"
+	"os"
+)
+
+const spliceSupported = false
+
+func setPipeSize(*os.File, int) {}
+
+// Without splice the relay copies; these are never reached.
+
+type rawPipe struct{ r, w int }
+
+func (rawPipe) close() {}
+
+type spliceState struct{}
+
+func newSpliceState() (*spliceState, error)        { return nil, errors.New("no splice here") }
+func (*spliceState) close()                        {}
+func (*spliceState) childPipe() (rawPipe, error)   { return rawPipe{}, errors.New("no splice here") }
+func (r *Relay) spliceRound(Upstream) (int, error) { return 0, errors.New("no splice here") }
+func (r *Relay) distributeSplice(int) error        { return errors.New("no splice here") }
+func (r *Relay) sendSplice(*relayChild, childJob) error {
+	return errors.New("no splice here")
+}
+func drain(int) {}

@@ -1,0 +1,285 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"dolly/imaging"
+)
+
+// Encoder turns an image into the stream: a header, then frames. A raw
+// stream is scanned for zero runs, which travel as zero frames instead of
+// data. A compressed stream travels as data frames of compressed bytes.
+// The stream may differ from how the image is stored: a compressed image
+// can be sent raw (decoded here) and a raw one compressed (encoded here,
+// on all cores), as the plan decides.
+type Encoder struct {
+	h     StreamHeader
+	r     io.Reader
+	total int64 // bytes r yields, or -1 when only EOF tells
+	zeros bool  // raw framing: scan for zero runs
+
+	digest *imaging.Digester   // computed here from the raw bytes
+	final  imaging.Digest      // known in advance, or once the end is out
+	later  chan imaging.Digest // delivered by the on-the-fly encoder
+	stop   func()              // stops the on-the-fly encoder
+	closer []func() error      // what Close releases
+
+	buf     []byte
+	queue   []imaging.Segment // segments of buf not yet framed
+	bufOff  int64             // offset of buf[0]
+	off     int64             // offset of the next byte to read
+	eof     bool
+	zeroOff int64 // pending zero run carried across buffers
+	zeroLen int64
+	seq     uint64
+	wire    []byte
+	ended   bool
+	key     *FrameKey // nil: an unkeyed cast
+}
+
+// CheckFrameSize validates a frame size: a multiple of the zero-detection
+// block, at most MaxFrameSize.
+func CheckFrameSize(n int) error {
+	if n < imaging.ZeroBlock || n > MaxFrameSize || n%imaging.ZeroBlock != 0 {
+		return fmt.Errorf("frame size %d: must be a multiple of %d KiB between %d KiB and %d MiB",
+			n, imaging.ZeroBlock>>10, imaging.ZeroBlock>>10, MaxFrameSize>>20)
+	}
+	return nil
+}
+
+// NewEncoder prepares the stream of im, sent as send. A compressed image
+// must have been scanned (its raw size and digest known). Close releases
+// what the encoder holds.
+func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Encoding) (*Encoder, error) {
+	if err := CheckFrameSize(frameSize); err != nil {
+		return nil, err
+	}
+	if im.Encoding.Compressed() && im.Digest.IsZero() {
+		return nil, fmt.Errorf("image %s must be scanned before it is cast", im.Path)
+	}
+	e := &Encoder{
+		h: StreamHeader{
+			Version:   Version,
+			Encoding:  send,
+			FrameSize: uint32(frameSize),
+			Cast:      cast,
+			ImageSize: im.Size,
+		},
+		buf:  make([]byte, frameSize),
+		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
+	}
+	switch {
+	case send == im.Encoding && send == imaging.Raw:
+		e.r, e.total, e.zeros = im.Stream(), im.Size, true
+		e.h.StreamSize = im.Size
+		e.digest = imaging.NewDigester()
+	case send == im.Encoding:
+		e.r, e.total = im.Stream(), im.StreamSize
+		e.h.StreamSize = im.StreamSize
+		e.final = im.Digest
+	case send == imaging.Raw:
+		dec, err := imaging.NewDecoder(im.Encoding, im.Stream())
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Path, err)
+		}
+		e.closer = append(e.closer, dec.Close)
+		e.r, e.total, e.zeros = dec, im.Size, true
+		e.h.StreamSize = im.Size
+		e.digest = imaging.NewDigester()
+	case im.Encoding == imaging.Raw:
+		e.r, e.total = e.compressOnTheFly(im, send)
+		e.h.StreamSize = 0 // unknown until the end
+	default:
+		return nil, fmt.Errorf("image %s is %s: it can be sent as stored or raw, not as %s", im.Path, im.Encoding, send)
+	}
+	return e, nil
+}
+
+// compressOnTheFly starts a goroutine that reads the raw image, digests it
+// and compresses it into a pipe the encoder frames.
+func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io.Reader, int64) {
+	pr, pw := io.Pipe()
+	e.later = make(chan imaging.Digest, 1)
+	e.stop = func() { pr.CloseWithError(errors.New("encoder closed")) }
+	go func() {
+		d := imaging.NewDigester()
+		zw, err := imaging.NewEncoder(send, pw, 0)
+		if err == nil {
+			_, err = io.Copy(zw, io.TeeReader(im.Stream(), d))
+			if cerr := zw.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err == nil {
+			e.later <- d.Sum()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, -1
+}
+
+// Close stops any on-the-fly encoding and releases decoders.
+func (e *Encoder) Close() error {
+	if e.stop != nil {
+		e.stop()
+	}
+	var errs []error
+	for _, c := range e.closer {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// Header returns the stream header.
+func (e *Encoder) Header() StreamHeader { return e.h }
+
+// SetKey protects the stream with the cast's frame key: every frame gets a
+// tag and, if the key says so, an encrypted payload. Call it before Next.
+func (e *Encoder) SetKey(k *FrameKey) {
+	e.key = k
+	e.h.seal(k)
+}
+
+// Chunk is the next piece of the stream: a frame header and its payload,
+// both valid until the next call to Next.
+type Chunk struct {
+	Header  []byte
+	Payload []byte
+	Tag     []byte // in a keyed cast
+	Kind    FrameKind
+	Raw     int64 // raw image bytes this chunk accounts for (0 if not known)
+}
+
+// Next returns the next frame of the stream; io.EOF after the end frame.
+func (e *Encoder) Next() (Chunk, error) {
+	for {
+		if e.ended {
+			return Chunk{}, io.EOF
+		}
+		if len(e.queue) > 0 {
+			s := e.queue[0]
+			e.queue = e.queue[1:]
+			if s.Zero {
+				e.addZeros(s.Off, int64(s.Len))
+				if c, ok := e.takeZeros(false); ok {
+					return c, nil
+				}
+				continue
+			}
+			if c, ok := e.takeZeros(true); ok {
+				e.queue = append([]imaging.Segment{s}, e.queue...)
+				return c, nil
+			}
+			return e.dataChunk(s.Off, e.buf[s.Off-e.bufOff:][:s.Len]), nil
+		}
+		if e.eof {
+			if c, ok := e.takeZeros(true); ok {
+				return c, nil
+			}
+			return e.endChunk()
+		}
+		if err := e.fill(); err != nil {
+			return Chunk{}, err
+		}
+	}
+}
+
+// fill reads the next buffer and queues its segments.
+func (e *Encoder) fill() error {
+	want := len(e.buf)
+	if e.total >= 0 {
+		want = int(min(int64(want), e.total-e.off))
+	}
+	n, err := io.ReadFull(e.r, e.buf[:want])
+	switch {
+	case e.total < 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+		e.eof = true
+	case err != nil:
+		return fmt.Errorf("reading image at offset %d: %w", e.off, err)
+	}
+	e.bufOff = e.off
+	e.off += int64(n)
+	if e.total >= 0 && e.off == e.total {
+		e.eof = true
+	}
+	e.queue = e.queue[:0]
+	if n == 0 {
+		return nil
+	}
+	p := e.buf[:n]
+	if !e.zeros {
+		e.queue = append(e.queue, imaging.Segment{Off: e.bufOff, Len: n})
+		return nil
+	}
+	imaging.Segments(p, e.bufOff, imaging.MinZeroRun, e.eof, func(s imaging.Segment) {
+		if s.Zero {
+			e.digest.WriteZeros(int64(s.Len))
+		} else {
+			e.digest.Write(p[s.Off-e.bufOff:][:s.Len])
+		}
+		e.queue = append(e.queue, s)
+	})
+	return nil
+}
+
+func (e *Encoder) addZeros(off, n int64) {
+	if e.zeroLen == 0 {
+		e.zeroOff = off
+	}
+	e.zeroLen += n
+}
+
+// takeZeros emits the pending zero run once it is long enough, or all of it
+// when flush is set.
+func (e *Encoder) takeZeros(flush bool) (Chunk, bool) {
+	if e.zeroLen == 0 || (!flush && e.zeroLen < maxZeroFrame) {
+		return Chunk{}, false
+	}
+	n := min(e.zeroLen, maxZeroFrame)
+	f := Frame{Kind: FrameZero, Seq: e.seq, Offset: e.zeroOff, Length: n}
+	e.seq++
+	e.zeroOff += n
+	e.zeroLen -= n
+	e.wire = AppendFrameHeader(e.wire[:0], f)
+	c := Chunk{Header: e.wire, Kind: FrameZero, Raw: n}
+	if e.key != nil {
+		_, c.Tag = e.key.seal(f.Seq, c.Header, nil)
+	}
+	return c, true
+}
+
+func (e *Encoder) dataChunk(off int64, p []byte) Chunk {
+	f := Frame{Kind: FrameData, Seq: e.seq, Offset: off, Length: int64(len(p)), CRC: imaging.CRC32C(p)}
+	e.seq++
+	e.wire = AppendFrameHeader(e.wire[:0], f)
+	raw := int64(len(p))
+	if e.h.Encoding.Compressed() {
+		raw = 0 // raw progress of compressed streams is only known after decoding
+	}
+	c := Chunk{Header: e.wire, Payload: p, Kind: FrameData, Raw: raw}
+	if e.key != nil {
+		c.Payload, c.Tag = e.key.seal(f.Seq, c.Header, p)
+	}
+	return c
+}
+
+func (e *Encoder) endChunk() (Chunk, error) {
+	switch {
+	case e.digest != nil:
+		e.final = e.digest.Sum()
+	case e.later != nil:
+		select {
+		case e.final = <-e.later:
+		default:
+			return Chunk{}, errors.New("on-the-fly encoder ended without a digest")
+		}
+	}
+	e.ended = true
+	e.wire = append(e.wire[:0], EndFrame(e.seq, End{Digest: e.final, Size: e.h.ImageSize, Frames: e.seq}, e.key)...)
+	return Chunk{Header: e.wire, Kind: FrameEnd}, nil
+}
+
+// Digest is the source's content digest, known once the end frame is out.
+func (e *Encoder) Digest() imaging.Digest { return e.final }
