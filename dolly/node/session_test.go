@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"dolly/dolly/control"
+	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/testimage"
@@ -180,5 +181,42 @@ func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
 	want, _ := testimage.SHA256(img, -1)
 	if got, _ := testimage.SHA256(target, -1); got != want {
 		t.Fatalf("target sha256 %s, image %s", got, want)
+	}
+}
+
+// The cast loop records the receiver's outcome while the session, on
+// another goroutine, builds the resume it brings to a server it rejoins.
+// Under -race this fails if either side touches the outcome unguarded, as
+// the loop and the reconnecting goroutine once did with a done flag and a
+// digest. (The end-to-end test above cannot show that alone: every socket
+// read or write is a synchronisation point to the race detector.)
+func TestResumeIsSafeWhileTheLoopRecordsTheOutcome(t *testing.T) {
+	r, err := relay.New(relay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{welcome: control.Welcome{Cast: stream.CastID{1}}, encoding: "raw", relay: r}
+	want := imaging.Digest{1, 2, 3}
+	wrote := make(chan struct{})
+	go func() {
+		n.out.set(want)
+		close(wrote)
+	}()
+	for done := false; !done; {
+		res := n.resume()
+		if res.Done {
+			if res.Digest != want.String() {
+				t.Fatalf("resume says done with digest %q, want %q", res.Digest, want)
+			}
+			done = true
+		}
+		select {
+		case <-wrote:
+			done = done || n.resume().Done
+			if !done {
+				t.Fatal("the outcome was recorded, and the resume does not say done")
+			}
+		default:
+		}
 	}
 }
