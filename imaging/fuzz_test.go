@@ -86,7 +86,7 @@ func FuzzOpenImage(f *testing.F) {
 			if raw > fuzzDecodeLimit {
 				cancel()
 			}
-		})
+		}, nil)
 		if err != nil {
 			if ctx.Err() == nil && !strings.Contains(err.Error(), path) {
 				t.Fatalf("scan error %q does not name the image", err)

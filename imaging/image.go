@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"time"
 
 	"dolly/internal/units"
 )
@@ -28,11 +27,7 @@ type Image struct {
 	// ZeroBytes is how much of a compressed image decodes to zero runs,
 	// known after Scan.
 	ZeroBytes int64
-	// Measured by Scan: raw bytes decoded per CPU second, and that rate
-	// over the standard sample's.
-	decodeRate, decodeFactor float64
-	pieces                   []Piece // the stretches Scan measured
-	f                        *os.File
+	f         *os.File
 }
 
 // OpenImage opens an image and detects its encoding from its first bytes.
@@ -90,11 +85,21 @@ func (im *Image) Stream() io.Reader { return io.NewSectionReader(im.f, 0, im.Str
 // Close closes the image file.
 func (im *Image) Close() error { return im.f.Close() }
 
+// A ScanWatcher sees a scan decode, to measure it; imaging itself times
+// nothing.
+type ScanWatcher interface {
+	// Read reads the next decoded bytes from dec into p, as ReadFull does.
+	Read(dec io.Reader, p []byte) (int, error)
+	// Decoded tells of one read: raw bytes at raw offset off, zero of them
+	// in zero runs, decoded from packed stored bytes.
+	Decoded(off, raw, zero, packed int64)
+}
+
 // Scan decodes a compressed image once to learn its raw size and digest and
 // to prove it is whole: a truncated or corrupt image fails here, before any
-// node writes a byte. progress, if set, is called with raw bytes decoded.
-// Raw images need no scan.
-func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
+// node writes a byte. progress, if set, is called with raw bytes decoded;
+// watch, if set, sees every read. Raw images need no scan.
+func (im *Image) Scan(ctx context.Context, progress func(raw int64), watch ScanWatcher) error {
 	if !im.Encoding.Compressed() {
 		return nil
 	}
@@ -107,50 +112,44 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	d := NewDigester()
 	buf := make([]byte, 1<<20)
 	var zeros int64
-	var scanErr error
-	tally := pieceTally{span: tallySpan}
-	OnOneThread(func(cpu func() time.Duration) {
-		gauge := newDecodeGauge(im.Encoding, cpu)
-		defer func() {
-			im.decodeRate, im.decodeFactor = gauge.rate(), gauge.factor()
-			gauge.close()
-		}()
-		for {
-			if scanErr = ctx.Err(); scanErr != nil {
-				return
-			}
-			// Whole buffers keep zero runs aligned to the image, as a
-			// node sees them. The decoder runs in this goroutine, so the
-			// thread's CPU time around it is the decoding's.
-			cpu, packed := gauge.image.cpu, cr.n
-			n, rerr := gauge.read(dec, buf)
-			eof := rerr == io.EOF
-			if n > 0 {
-				var z int64
-				Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
-					if s.Zero {
-						z += int64(s.Len)
-					}
-				})
-				zeros += z
-				tally.add(d.Len(), int64(n), z, cr.n-packed, gauge.image.cpu-cpu)
-				d.Write(buf[:n])
-				if progress != nil {
-					progress(d.Len())
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Whole buffers keep zero runs aligned to the image, as a node
+		// sees them.
+		packed := cr.n
+		var n int
+		var rerr error
+		if watch != nil {
+			n, rerr = watch.Read(dec, buf)
+		} else {
+			n, rerr = ReadFull(dec, buf)
+		}
+		eof := rerr == io.EOF
+		if n > 0 {
+			var z int64
+			Segments(buf[:n], d.Len(), MinZeroRun, eof, func(s Segment) {
+				if s.Zero {
+					z += int64(s.Len)
 				}
+			})
+			zeros += z
+			if watch != nil {
+				watch.Decoded(d.Len(), int64(n), z, cr.n-packed)
 			}
-			if eof {
-				return
-			}
-			if rerr != nil {
-				scanErr = fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
-					im.Path, im.Encoding, units.FormatBytes(cr.n), units.FormatBytes(im.StreamSize), units.FormatBytes(d.Len()), rerr)
-				return
+			d.Write(buf[:n])
+			if progress != nil {
+				progress(d.Len())
 			}
 		}
-	})
-	if scanErr != nil {
-		return scanErr
+		if eof {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("image %s is truncated or corrupt (%s compressed stream, failed after %s of %s stored bytes, %s decoded): %w",
+				im.Path, im.Encoding, units.FormatBytes(cr.n), units.FormatBytes(im.StreamSize), units.FormatBytes(d.Len()), rerr)
+		}
 	}
 	if d.Len() == 0 {
 		return fmt.Errorf("image %s decodes to nothing", im.Path)
@@ -158,13 +157,11 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64)) error {
 	im.Size = d.Len()
 	im.Digest = d.Sum()
 	im.ZeroBytes = zeros
-	im.pieces = mergePieces(tally.parts)
 	return nil
 }
 
-// tallySpan is the stretch a scan or a profile measures on its own before
-// the stretches are merged into pieces.
-const tallySpan = 8 << 20
+// ReadAt reads the stored image at off.
+func (im *Image) ReadAt(p []byte, off int64) (int, error) { return im.f.ReadAt(p, off) }
 
 type countingReader struct {
 	r io.Reader
@@ -177,10 +174,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readFull fills p unless r ends (io.EOF, with what was read) or fails. Unlike
-// io.ReadFull it keeps a decoder's own io.ErrUnexpectedEOF, which means a
-// truncated stream, apart from a clean end.
-func readFull(r io.Reader, p []byte) (int, error) {
+// ReadFull fills p unless r ends (io.EOF, with what was read) or fails.
+// Unlike io.ReadFull it keeps a decoder's own io.ErrUnexpectedEOF, which
+// means a truncated stream, apart from a clean end.
+func ReadFull(r io.Reader, p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		k, err := r.Read(p[n:])

@@ -335,7 +335,7 @@ func TestOpenImageAndScan(t *testing.T) {
 			if im.Encoding != enc || im.StreamSize != int64(len(stored)) {
 				t.Fatalf("OpenImage: encoding %v size %d; want %v %d", im.Encoding, im.StreamSize, enc, len(stored))
 			}
-			if err := im.Scan(context.Background(), nil); err != nil {
+			if err := im.Scan(context.Background(), nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			if im.Size != int64(len(raw)) {
@@ -360,7 +360,7 @@ func TestScanRejectsTruncatedImages(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer im.Close()
-			err = im.Scan(context.Background(), nil)
+			err = im.Scan(context.Background(), nil, nil)
 			if err == nil || !strings.Contains(err.Error(), "truncated or corrupt") {
 				t.Fatalf("Scan of a truncated %s image = %v", enc, err)
 			}
@@ -384,53 +384,6 @@ func TestOpenImageErrors(t *testing.T) {
 		if _, err := OpenImage(tt.path); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("OpenImage(%s) = %v; want error containing %q", tt.path, err, tt.want)
 		}
-	}
-}
-
-func TestProfile(t *testing.T) {
-	raw := sampleImage(6, 40<<20)
-	var zeros int
-	Segments(raw, 0, MinZeroRun, true, func(s Segment) {
-		if s.Zero {
-			zeros += s.Len
-		}
-	})
-	wantZero := float64(zeros) / float64(len(raw))
-	for _, enc := range []Encoding{Raw, Zstd} {
-		t.Run(enc.String(), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "img")
-			stored := compress(t, enc, raw)
-			os.WriteFile(path, stored, 0o644)
-			im, err := OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
-			if err := im.Scan(t.Context(), nil); err != nil {
-				t.Fatal(err)
-			}
-			p, err := im.Profile(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.Size != int64(len(raw)) || p.Codec != Zstd || p.Sampled != (enc == Raw) {
-				t.Fatalf("profile %+v", p)
-			}
-			// Samples of a raw image estimate; a scanned one is exact.
-			tol := 0.15
-			if enc != Raw {
-				tol = 0.01
-			}
-			if d := p.ZeroFraction - wantZero; d < -tol || d > tol {
-				t.Errorf("zero fraction %.3f, want %.3f", p.ZeroFraction, wantZero)
-			}
-			if p.Factor < 1.5 {
-				t.Errorf("compression factor %.2f of a half-empty image", p.Factor)
-			}
-			if p.DecodeRate <= 0 || p.DecodeFactor <= 0 {
-				t.Errorf("decode rate %.0f, factor %.2f: want both measured", p.DecodeRate, p.DecodeFactor)
-			}
-		})
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"dolly/capacity"
 	"dolly/dolly/probe"
-	"dolly/imaging"
 )
 
 // choose asks the capacity model for the plan, from the nodes' probes and
@@ -214,7 +213,7 @@ func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Netwo
 
 // DecodeFactor is how fast the image decodes against the probes' standard
 // sample, both timed together on the server; 1 when unknown.
-func DecodeFactor(p imaging.Profile) float64 {
+func DecodeFactor(p probe.Profile) float64 {
 	if p.DecodeFactor <= 0 {
 		return 1
 	}

@@ -38,7 +38,7 @@ func ParseCompress(s string) (Compress, error) {
 }
 
 // Options turns an image profile into the capacity model's options.
-func Options(p imaging.Profile, frameSize int) capacity.Options {
+func Options(p probe.Profile, frameSize int) capacity.Options {
 	opt := capacity.Options{
 		ImageBytes:   p.Size,
 		FrameBytes:   int64(frameSize),
@@ -56,7 +56,7 @@ func Options(p imaging.Profile, frameSize int) capacity.Options {
 // pieces are the profile's stretches as the model takes them: shares of
 // the image, and decoding costs against the image's average (all alike
 // when a stretch went untimed).
-func pieces(p imaging.Profile) []capacity.Piece {
+func pieces(p probe.Profile) []capacity.Piece {
 	if len(p.Pieces) < 2 {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"dolly/capacity"
+	"dolly/dolly/probe"
 	"dolly/imaging"
 )
 
@@ -20,10 +21,7 @@ func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSi
 			return nil, err
 		}
 		defer im.Close()
-		if err := im.Scan(ctx, nil); err != nil {
-			return nil, err
-		}
-		p, err := im.Profile(ctx)
+		p, err := probe.Image(ctx, im, nil)
 		if err != nil {
 			return nil, err
 		}

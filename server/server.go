@@ -167,7 +167,7 @@ type Server struct {
 
 	scanned chan struct{} // closed once the image's size and digest are known
 	scanErr error
-	profile imaging.Profile // what the model needs of the image, once scanned
+	profile probe.Profile // what the model needs of the image, once scanned
 
 	probed chan struct{} // closed once the source's own probe is done
 	probe  probe.Report
@@ -304,37 +304,30 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 // welcomed, so a truncated image is caught before a byte is written.
 func (s *Server) scan(ctx context.Context) {
 	defer close(s.scanned)
-	if err := s.scanImage(ctx); err != nil {
-		s.scanErr = err
-		return
-	}
-	p, err := s.img.Profile(ctx)
-	if err != nil {
-		s.scanErr = err
-		return
-	}
-	s.profile = p
+	s.profile, s.scanErr = s.scanImage(ctx)
 }
 
-func (s *Server) scanImage(ctx context.Context) error {
+// scanImage profiles the image for the model; a compressed one is decoded
+// whole on the way (probe.Image), which can take a while: say so.
+func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
 	if !s.img.Encoding.Compressed() {
-		return nil
+		return probe.Image(ctx, s.img, nil)
 	}
 	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)
 	start := time.Now()
 	last := start
-	err := s.img.Scan(ctx, func(raw int64) {
+	p, err := probe.Image(ctx, s.img, func(raw int64) {
 		if now := time.Now(); now.Sub(last) >= s.cfg.ProgressEvery {
 			last = now
 			fmt.Fprintf(s.cfg.Out, "  scanned %s so far\n", units.FormatBytes(raw))
 		}
 	})
 	if err != nil {
-		return err
+		return p, err
 	}
 	fmt.Fprintf(s.cfg.Out, "  %s decodes to %s (compression factor %.2f) in %s\n", s.cfg.Image,
 		units.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
-	return nil
+	return p, nil
 }
 
 // probeSelf measures the source for the capacity model while nodes join.

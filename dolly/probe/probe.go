@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	// that of the largest step, not of them all.
 	runtime.GC()
 	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
-	imaging.StandardSample(src, 1)
+	StandardSample(src, 1)
 	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
 	if rate, err := probeNetStream(src, r.MemcpyBytesPerSec, cfg.Budget); err != nil {
@@ -206,7 +206,7 @@ func defaultRouteInterface() (string, error) {
 // process (dolly-server probes itself while nodes join).
 func measure(budget time.Duration, work func() int) float64 {
 	var rate float64
-	imaging.OnOneThread(func(cpu func() time.Duration) {
+	OnOneThread(func(cpu func() time.Duration) {
 		var n int64
 		start, cpu0 := time.Now(), cpu()
 		for time.Since(start) < budget || n == 0 {
@@ -224,7 +224,7 @@ func measure(budget time.Duration, work func() int) float64 {
 // probeDecompress measures dolly's own decoder on the standard sample,
 // decoded as one long stream, as a node decodes a cast.
 func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error) {
-	s, err := imaging.NewSampleDecoder(enc)
+	s, err := NewSampleDecoder(enc)
 	if err != nil {
 		return 0, err
 	}

@@ -74,18 +74,18 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			return diskProbe{}, fmt.Errorf("reading %s: %w", path, err)
 		}
 		unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
-		t, c := time.Now(), imaging.MachineCPU()
+		t, c := time.Now(), MachineCPU()
 		if _, err := out.WriteAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("writing %s: %w", path, err)
 		}
-		spent, cpu = spent+time.Since(t), cpu+imaging.MachineCPU()-c
+		spent, cpu = spent+time.Since(t), cpu+MachineCPU()-c
 		wrote += probeBlock
 	}
-	t, c := time.Now(), imaging.MachineCPU()
+	t, c := time.Now(), MachineCPU()
 	if err := out.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	spent, cpu = spent+time.Since(t), cpu+imaging.MachineCPU()-c
+	spent, cpu = spent+time.Since(t), cpu+MachineCPU()-c
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
 	if outDirect {
 		how += " with O_DIRECT"
@@ -112,9 +112,9 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	defer os.Remove(f.Name())
 	defer f.Close()
 	buf := imaging.AlignedBuffer(probeBlock)
-	imaging.StandardSample(buf, 3)
+	StandardSample(buf, 3)
 	var wrote int64
-	start, c := time.Now(), imaging.MachineCPU()
+	start, c := time.Now(), MachineCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
 			return diskProbe{}, err
@@ -124,7 +124,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, imaging.MachineCPU()-c),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, MachineCPU()-c),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", units.FormatBytes(wrote), dir)}, nil
 }
 
@@ -197,7 +197,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	var sent int64
-	start, c0 := time.Now(), imaging.MachineCPU()
+	start, c0 := time.Now(), MachineCPU()
 	for time.Since(start) < budget || sent < 64<<20 {
 		n, err := c.Write(buf)
 		sent += int64(n)
@@ -212,7 +212,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	c.Close()
-	cpu := (imaging.MachineCPU() - c0).Seconds()
+	cpu := (MachineCPU() - c0).Seconds()
 	if copyRate > 0 {
 		cpu -= float64(sent) / copyRate
 	}

@@ -67,7 +67,7 @@ func encodeKeyed(t testing.TB, path string, frameSize int, send imaging.Encoding
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { im.Close() })
-	if err := im.Scan(t.Context(), nil); err != nil {
+	if err := im.Scan(t.Context(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if send == 255 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dolly/capacity"
+	"dolly/dolly/probe"
 	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/lab"
@@ -112,7 +113,7 @@ const scratchSize = 256 << 20
 func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, error) {
 	buf := make([]byte, 1<<20)
 	rand.Read(buf) // incompressible, and not zeros a disk could skip
-	start := imaging.MachineCPU()
+	start := probe.MachineCPU()
 	errs := make(chan error, len(disks))
 	for _, d := range disks {
 		go func() {
@@ -136,7 +137,7 @@ func sustainedWriteCost(ctx context.Context, disks []string, n int64) (float64, 
 			return 0, err
 		}
 	}
-	cpu := (imaging.MachineCPU() - start).Seconds()
+	cpu := (probe.MachineCPU() - start).Seconds()
 	if cpu <= 0 {
 		return 0, errors.New("too fast to measure")
 	}
@@ -174,7 +175,7 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 		return 0, err
 	}
 	buf := make([]byte, 1<<20)
-	start, cpu0 := time.Now(), imaging.MachineCPU()
+	start, cpu0 := time.Now(), probe.MachineCPU()
 	for time.Since(start) < d && ctx.Err() == nil {
 		if _, err := c.Write(buf); err != nil {
 			c.Close()
@@ -183,7 +184,7 @@ func streamCost(ctx context.Context, a, b *lab.Host, copyRate float64, d time.Du
 	}
 	c.(*net.TCPConn).CloseWrite()
 	n := <-received
-	cpu := (imaging.MachineCPU() - cpu0).Seconds()
+	cpu := (probe.MachineCPU() - cpu0).Seconds()
 	c.Close()
 	if n == 0 {
 		return 0, errors.New("nothing arrived")
@@ -375,12 +376,12 @@ type costModel struct {
 	// opt and profile are the model's options for the image as each
 	// compression sends it, and its profile.
 	opt     map[string]capacity.Options
-	profile map[string]imaging.Profile
+	profile map[string]probe.Profile
 	err     error
 }
 
 func newCostModel(ctx context.Context, env *labEnv, spec lab.Spec, img image) *costModel {
-	m := &costModel{env: env, spec: spec, img: img, opt: map[string]capacity.Options{}, profile: map[string]imaging.Profile{}}
+	m := &costModel{env: env, spec: spec, img: img, opt: map[string]capacity.Options{}, profile: map[string]probe.Profile{}}
 	for comp, path := range map[string]string{"none": img.raw, "zstd": img.zst} {
 		opt, profile, err := castOptions(ctx, path)
 		if err != nil {
@@ -640,18 +641,15 @@ func costOf(m *costModel, p capacity.Probe, compression string, n int, casts []c
 
 // castOptions are the model's options for casting the image at path, and
 // its profile, as the server finds them.
-func castOptions(ctx context.Context, path string) (capacity.Options, imaging.Profile, error) {
+func castOptions(ctx context.Context, path string) (capacity.Options, probe.Profile, error) {
 	im, err := imaging.OpenImage(path)
 	if err != nil {
-		return capacity.Options{}, imaging.Profile{}, err
+		return capacity.Options{}, probe.Profile{}, err
 	}
 	defer im.Close()
-	if err := im.Scan(ctx, nil); err != nil { // a raw image needs none
-		return capacity.Options{}, imaging.Profile{}, err
-	}
-	p, err := im.Profile(ctx)
+	p, err := probe.Image(ctx, im, nil)
 	if err != nil {
-		return capacity.Options{}, imaging.Profile{}, err
+		return capacity.Options{}, probe.Profile{}, err
 	}
 	return server.Options(p, stream.DefaultFrameSize), p, nil
 }
@@ -672,7 +670,7 @@ func traceCPU(every time.Duration) func() cpuSamples {
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			s.at, s.busy = append(s.at, time.Now()), append(s.busy, imaging.MachineCPU())
+			s.at, s.busy = append(s.at, time.Now()), append(s.busy, probe.MachineCPU())
 			select {
 			case <-stop:
 				return

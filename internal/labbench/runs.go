@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"dolly/imaging"
+	"dolly/dolly/probe"
 	"dolly/internal/lab"
 	"dolly/internal/testimage"
 	"dolly/server"
@@ -104,7 +104,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	}
 	var res result
 	var err error
-	start, cpu0, steal0 := time.Now(), imaging.MachineCPU(), stolenCPU()
+	start, cpu0, steal0 := time.Now(), probe.MachineCPU(), stolenCPU()
 	trace := traceCPU(50 * time.Millisecond)
 	switch r.method {
 	case "dolly":
@@ -117,7 +117,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 		err = fmt.Errorf("unknown method %q", r.method)
 	}
 	res.runSpec = r
-	res.busy = (imaging.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
+	res.busy = (probe.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
 	res.steal = (stolenCPU() - steal0).Seconds() / time.Since(start).Seconds()
 	samples := trace()
 	if r.method == "dolly" && err == nil {

@@ -1,4 +1,4 @@
-package imaging
+package probe
 
 import (
 	"bytes"
@@ -6,20 +6,22 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"dolly/imaging"
 )
 
 // Profile is what the capacity model needs to know of an image.
 type Profile struct {
-	Encoding   Encoding // as stored
-	Size       int64    // raw bytes
-	StreamSize int64    // stored bytes
+	Encoding   imaging.Encoding // as stored
+	Size       int64            // raw bytes
+	StreamSize int64            // stored bytes
 	// ZeroFraction is the share of the raw image in zero runs, which a
 	// cast neither sends nor writes.
 	ZeroFraction float64
 	// Codec and Factor describe the image compressed: the stored codec and
 	// its exact factor for a compressed image; for a raw image zstd and the
 	// factor estimated from samples, for compressing it on the fly.
-	Codec  Encoding
+	Codec  imaging.Encoding
 	Factor float64
 	// Sampled says the figures are estimates from samples of a raw image.
 	Sampled bool
@@ -44,25 +46,20 @@ const (
 	profileSample  = 1 << 20
 )
 
-// Profile describes the image for planning. A compressed image must have
-// been scanned; a raw one is sampled (the whole of it when small).
-func (im *Image) Profile(ctx context.Context) (Profile, error) {
-	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
+// Image describes im for planning. A compressed image is scanned
+// (imaging.Image.Scan, which learns its size and digest) while one core's
+// decoding of it is timed; progress, if set, is told of the scan's raw
+// bytes. A raw image is sampled (the whole of it when small).
+func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Profile, error) {
 	if im.Encoding.Compressed() {
-		if im.Digest.IsZero() {
-			return p, fmt.Errorf("image %s must be scanned before it is profiled", im.Path)
-		}
-		p.ZeroFraction = float64(im.ZeroBytes) / float64(im.Size)
-		p.Codec, p.Factor = im.Encoding, float64(im.Size)/float64(im.StreamSize)
-		p.DecodeRate, p.DecodeFactor = im.decodeRate, im.decodeFactor
-		p.Pieces = im.pieces
-		return p, nil
+		return scan(ctx, im, progress)
 	}
-	p.Sampled, p.Codec = true, Zstd
+	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
+	p.Sampled, p.Codec = true, imaging.Zstd
 	buf := make([]byte, profileSample)
-	step := max(im.Size/profileSamples/ZeroBlock*ZeroBlock, profileSample)
+	step := max(im.Size/profileSamples/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
 	var packed bytes.Buffer
-	zw, err := NewEncoder(Zstd, &packed, 1)
+	zw, err := imaging.NewEncoder(imaging.Zstd, &packed, 1)
 	if err != nil {
 		return p, err
 	}
@@ -75,12 +72,12 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 		if err := ctx.Err(); err != nil {
 			return p, err
 		}
-		n, err := im.f.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
+		n, err := im.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
 		if err != nil && err != io.EOF {
 			return p, fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
 		}
 		part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
-		Segments(buf[:n], off, MinZeroRun, off+int64(n) == im.Size, func(s Segment) {
+		imaging.Segments(buf[:n], off, imaging.MinZeroRun, off+int64(n) == im.Size, func(s imaging.Segment) {
 			if s.Zero {
 				part.zero += int64(s.Len)
 			}
@@ -108,7 +105,7 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 	p.ZeroFraction = float64(zeros) / float64(sampled)
 	p.Factor = float64(sampled) / float64(max(packed.Len(), 1))
 	var cpu []time.Duration
-	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(Zstd, packed.Bytes(), sizes)
+	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed.Bytes(), sizes)
 	if reset != nil { // otherwise one stream: the parts' sizes are not their own
 		for i := range cpu {
 			parts[i].cpu = cpu[i]
@@ -118,13 +115,57 @@ func (im *Image) Profile(ctx context.Context) (Profile, error) {
 	return p, nil
 }
 
+// scan scans a compressed image on one thread, timing its decoding and,
+// between pieces, the standard sample's, and tallying its stretches.
+func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Profile, error) {
+	var err error
+	w := &scanWatch{tally: pieceTally{span: tallySpan}}
+	OnOneThread(func(cpu func() time.Duration) {
+		w.gauge = newDecodeGauge(im.Encoding, cpu)
+		defer w.gauge.close()
+		// The decoder runs in this goroutine, so the thread's CPU time
+		// around it is the decoding's.
+		err = im.Scan(ctx, progress, w)
+	})
+	if err != nil {
+		return Profile{}, err
+	}
+	return Profile{
+		Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize,
+		ZeroFraction: float64(im.ZeroBytes) / float64(im.Size),
+		Codec:        im.Encoding, Factor: float64(im.Size) / float64(im.StreamSize),
+		DecodeRate: w.gauge.rate(), DecodeFactor: w.gauge.factor(),
+		Pieces: mergePieces(w.tally.parts),
+	}, nil
+}
+
+// scanWatch times a scan's reads and tallies its stretches.
+type scanWatch struct {
+	gauge   *decodeGauge
+	tally   pieceTally
+	lastCPU time.Duration // the image's decoding time before the last read
+}
+
+func (w *scanWatch) Read(dec io.Reader, p []byte) (int, error) {
+	w.lastCPU = w.gauge.image.cpu
+	return w.gauge.read(dec, p)
+}
+
+func (w *scanWatch) Decoded(off, raw, zero, packed int64) {
+	w.tally.add(off, raw, zero, packed, w.gauge.image.cpu-w.lastCPU)
+}
+
+// tallySpan is the stretch a scan or a profile measures on its own before
+// the stretches are merged into pieces.
+const tallySpan = 8 << 20
+
 // decodeRate times one core decoding a compressed stream held in memory,
 // and returns its rate, its factor against the standard sample and the
 // time each of the stream's parts took, the parts being the sizes given in
 // raw bytes, in order.
-func decodeRate(enc Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
+func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
 	OnOneThread(func(clock func() time.Duration) {
-		d, err := NewDecoder(enc, bytes.NewReader(stream))
+		d, err := imaging.NewDecoder(enc, bytes.NewReader(stream))
 		if err != nil {
 			return
 		}

@@ -1,10 +1,12 @@
-package imaging
+package probe
 
 import (
 	"bytes"
 	"io"
 	"testing"
 	"time"
+
+	"dolly/imaging"
 )
 
 // The sample decoder yields the standard sample again and again, across
@@ -12,7 +14,7 @@ import (
 func TestSampleDecoderRepeatsTheSample(t *testing.T) {
 	want := make([]byte, standardSampleSize)
 	StandardSample(want, 1)
-	for _, enc := range []Encoding{Zstd, Gzip} {
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
 		t.Run(enc.String(), func(t *testing.T) {
 			s, err := NewSampleDecoder(enc)
 			if err != nil {
@@ -37,7 +39,7 @@ func TestSampleDecoderRepeatsTheSample(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewSampleDecoder(Raw); err == nil {
+	if _, err := NewSampleDecoder(imaging.Raw); err == nil {
 		t.Error("NewSampleDecoder(raw) succeeded")
 	}
 }

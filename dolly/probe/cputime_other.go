@@ -1,6 +1,6 @@
 //go:build !linux
 
-package imaging
+package probe
 
 import "time"
 

@@ -1,4 +1,4 @@
-package imaging
+package probe
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"time"
+
+	"dolly/imaging"
 )
 
 // StandardSample fills p with data like a filesystem's: half text, half
@@ -45,19 +47,19 @@ type SampleDecoder struct {
 
 // NewSampleDecoder compresses the standard sample with enc and opens a
 // decoder on it repeated without end.
-func NewSampleDecoder(enc Encoding) (*SampleDecoder, error) {
+func NewSampleDecoder(enc imaging.Encoding) (*SampleDecoder, error) {
 	if !enc.Compressed() {
 		return nil, fmt.Errorf("no decoder for %s", enc)
 	}
 	sample := make([]byte, standardSampleSize)
 	StandardSample(sample, 1)
 	var packed bytes.Buffer
-	if err := Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
+	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
 		return nil, fmt.Errorf("compressing the standard sample with %s: %w", enc, err)
 	}
 	// Both codecs read concatenated frames (zstd) or members (gzip) as one
 	// stream, so the sample repeated is a valid stream of any length.
-	dec, err := NewDecoder(enc, &cycle{b: packed.Bytes()})
+	dec, err := imaging.NewDecoder(enc, &cycle{b: packed.Bytes()})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +131,7 @@ const gaugeShare = 8
 
 // newDecodeGauge returns a gauge for enc timed by cpu, a thread's clock
 // (OnOneThread).
-func newDecodeGauge(enc Encoding, cpu func() time.Duration) *decodeGauge {
+func newDecodeGauge(enc imaging.Encoding, cpu func() time.Duration) *decodeGauge {
 	g := &decodeGauge{cpu: cpu}
 	if s, err := NewSampleDecoder(enc); err == nil {
 		// Its first piece, untimed, pays the decoder's start-up and the
@@ -148,7 +150,7 @@ func newDecodeGauge(enc Encoding, cpu func() time.Duration) *decodeGauge {
 // perhaps one piece of the standard sample.
 func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	t := g.cpu()
-	n, err := readFull(dec, p)
+	n, err := imaging.ReadFull(dec, p)
 	g.image.cpu += g.cpu() - t
 	g.image.bytes += int64(n)
 	// Without a thread clock (both times 0) the factor cannot be told:

@@ -1,4 +1,4 @@
-package imaging
+package probe
 
 import "time"
 

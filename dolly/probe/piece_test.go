@@ -1,4 +1,4 @@
-package imaging
+package probe
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"dolly/imaging"
+	"dolly/internal/testimage"
 )
 
 // TestProfilePieces profiles an image laid out as a filesystem is, files
@@ -23,22 +26,25 @@ func TestProfilePieces(t *testing.T) {
 	for i := size / 4; i < size/2; i++ {
 		raw[i] = "abcd"[r.IntN(4)]
 	}
-	for _, enc := range []Encoding{Raw, Zstd} {
+	rawPath := filepath.Join(t.TempDir(), "img")
+	if err := os.WriteFile(rawPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, enc := range []imaging.Encoding{imaging.Raw, imaging.Zstd} {
 		t.Run(enc.String(), func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "img")
-			if err := os.WriteFile(path, compress(t, enc, raw), 0o644); err != nil {
-				t.Fatal(err)
+			path := rawPath
+			if enc != imaging.Raw {
+				path = rawPath + "." + enc.String()
+				if err := testimage.Compress(rawPath, path, enc); err != nil {
+					t.Fatal(err)
+				}
 			}
-			im, err := OpenImage(path)
+			im, err := imaging.OpenImage(path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer im.Close()
-			ctx := context.Background()
-			if err := im.Scan(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
-			p, err := im.Profile(ctx)
+			p, err := Image(context.Background(), im, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,66 @@
+package probe
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"dolly/imaging"
+	"dolly/internal/testimage"
+)
+
+func TestProfile(t *testing.T) {
+	dir := t.TempDir()
+	rawPath := filepath.Join(dir, "img")
+	if err := testimage.Write(rawPath, 40<<20, 6, testimage.Typical); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(rawPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zeros int
+	imaging.Segments(raw, 0, imaging.MinZeroRun, true, func(s imaging.Segment) {
+		if s.Zero {
+			zeros += s.Len
+		}
+	})
+	wantZero := float64(zeros) / float64(len(raw))
+	for _, enc := range []imaging.Encoding{imaging.Raw, imaging.Zstd} {
+		t.Run(enc.String(), func(t *testing.T) {
+			path := rawPath
+			if enc != imaging.Raw {
+				path = rawPath + "." + enc.String()
+				if err := testimage.Compress(rawPath, path, enc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			im, err := imaging.OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			p, err := Image(t.Context(), im, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Size != int64(len(raw)) || p.Codec != imaging.Zstd || p.Sampled != (enc == imaging.Raw) {
+				t.Fatalf("profile %+v", p)
+			}
+			// Samples of a raw image estimate; a scanned one is exact.
+			tol := 0.15
+			if enc != imaging.Raw {
+				tol = 0.01
+			}
+			if d := p.ZeroFraction - wantZero; d < -tol || d > tol {
+				t.Errorf("zero fraction %.3f, want %.3f", p.ZeroFraction, wantZero)
+			}
+			if p.Factor < 1.5 {
+				t.Errorf("compression factor %.2f of a half-empty image", p.Factor)
+			}
+			if p.DecodeRate <= 0 || p.DecodeFactor <= 0 {
+				t.Errorf("decode rate %.0f, factor %.2f: want both measured", p.DecodeRate, p.DecodeFactor)
+			}
+		})
+	}
+}
