@@ -94,6 +94,14 @@ func (ch *relayChild) run() {
 	}
 }
 
+// cut stops sending to the child at once, from any goroutine: its
+// connection is closed, so a send blocked on it returns.
+func (ch *relayChild) cut() {
+	ch.detached.Store(true)
+	ch.dead.Store(true)
+	ch.conn.Close()
+}
+
 // wait waits until the child has been sent every job queued.
 func (ch *relayChild) wait(ctx context.Context) error {
 	for range ch.slack {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -187,73 +186,6 @@ func (r *Relay) emit(e Event) {
 	}
 }
 
-type requestKind int
-
-const (
-	reqUpstream requestKind = iota
-	reqAttach
-	reqDetach
-	reqNames
-)
-
-type relayRequest struct {
-	kind  requestKind
-	up    Upstream
-	conn  net.Conn
-	name  string
-	from  int64
-	reply chan relayReply
-}
-
-type relayReply struct {
-	pos   int64
-	names []string
-	err   error
-}
-
-// request hands a request to the loop, waking it if it waits on upstream.
-func (r *Relay) request(ctx context.Context, q relayRequest) (relayReply, error) {
-	q.reply = make(chan relayReply, 1)
-	// A loop that waits on its upstream takes requests only once woken;
-	// waking one that is busy costs it a spare turn, nothing more.
-	r.pending.Add(1)
-	r.wake()
-	giveUp := func() {
-		r.pending.Add(-1)
-		select {
-		case r.given <- struct{}{}:
-		default:
-		}
-	}
-	select {
-	case r.reqs <- q:
-	case <-ctx.Done():
-		giveUp()
-		return relayReply{}, ctx.Err()
-	case <-r.stopped:
-		giveUp()
-		return relayReply{}, errRelayStopped
-	}
-	select {
-	case rep := <-q.reply:
-		return rep, rep.err
-	case <-ctx.Done():
-		return relayReply{}, ctx.Err()
-	}
-}
-
-// wake interrupts a read from the upstream so the loop takes requests.
-func (r *Relay) wake() {
-	r.mu.Lock()
-	up := r.up
-	r.mu.Unlock()
-	if up != nil {
-		up.SetReadDeadline(time.Unix(1, 0))
-	}
-}
-
-var errRelayStopped = errors.New("relay stopped")
-
 // Drained waits until the stream has ended and every child, including
 // ones attached late, has been sent all of it.
 func (r *Relay) Drained(ctx context.Context) error {
@@ -271,40 +203,6 @@ func (r *Relay) Drained(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// SetUpstream makes c the relay's upstream from now on, dropping the old
-// one. It returns the position the new upstream must send from.
-func (r *Relay) SetUpstream(ctx context.Context, c Upstream) (int64, error) {
-	rep, err := r.request(ctx, relayRequest{kind: reqUpstream, up: c})
-	return rep.pos, err
-}
-
-// Attach adds a child that has the stream up to from. The bytes it lacks
-// come from the history; an error means the history no longer holds them.
-func (r *Relay) Attach(ctx context.Context, name string, c net.Conn, from int64) error {
-	_, err := r.request(ctx, relayRequest{kind: reqAttach, name: name, conn: c, from: from})
-	return err
-}
-
-// ChildNames lists the children.
-func (r *Relay) ChildNames(ctx context.Context) []string {
-	rep, _ := r.request(ctx, relayRequest{kind: reqNames})
-	return rep.names
-}
-
-// Detach drops a child and closes its connection.
-func (r *Relay) Detach(ctx context.Context, name string) error {
-	// The loop may be waiting for this very child to take its bytes: cut
-	// it off first, so the loop goes on and takes the request.
-	r.mu.Lock()
-	ch := r.named[name]
-	r.mu.Unlock()
-	if ch != nil {
-		ch.cut()
-	}
-	_, err := r.request(ctx, relayRequest{kind: reqDetach, name: name})
-	return err
 }
 
 // Run relays until the stream has ended and every child has it, or ctx is
@@ -389,7 +287,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 	}
 }
 
-// serveLate finishes the children that have everything and serves those
+// serveLateChildren finishes the children that have everything and serves those
 // attached afterwards from the history, until ctx ends.
 func (r *Relay) serveLateChildren(ctx context.Context, up Upstream) {
 	r.mu.Lock()
@@ -424,116 +322,6 @@ func (r *Relay) finishLate(ctx context.Context, ch *relayChild) {
 		defer stop()
 		ch.finish(true)
 	}()
-}
-
-// takeRequests handles the requests waiting, without blocking.
-func (r *Relay) takeRequests(ctx context.Context) {
-	for {
-		select {
-		case q := <-r.reqs:
-			r.handle(ctx, q)
-		default:
-			return
-		}
-	}
-}
-
-// awaitPending takes the requests on their way, so that one whose wake-up
-// came before it could be sent does not wait for the upstream's next bytes.
-func (r *Relay) awaitPending(ctx context.Context) error {
-	for r.pending.Load() > 0 {
-		select {
-		case q := <-r.reqs:
-			r.handle(ctx, q)
-		case <-r.given:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-func (r *Relay) handle(ctx context.Context, q relayRequest) {
-	r.pending.Add(-1)
-	var rep relayReply
-	switch q.kind {
-	case reqUpstream:
-		r.mu.Lock()
-		old := r.up
-		r.up = q.up
-		r.mu.Unlock()
-		if old != nil {
-			old.Close()
-		}
-		q.up.SetReadDeadline(time.Time{})
-		rep.pos = r.pos.Load()
-	case reqAttach:
-		rep.err = r.attach(ctx, q.name, q.conn, q.from)
-		if rep.err != nil {
-			q.conn.Close()
-		}
-	case reqNames:
-		for _, ch := range r.children {
-			rep.names = append(rep.names, ch.name)
-		}
-	case reqDetach:
-		for i, ch := range r.children {
-			if ch.name == q.name {
-				ch.finish(false)
-				r.children = append(r.children[:i], r.children[i+1:]...)
-				break
-			}
-		}
-	}
-	q.reply <- rep
-}
-
-// attach adds a child from stream offset from: what it lacks up to here
-// comes from the history, what it has beyond here is skipped.
-func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64) error {
-	if r.zeroCopy {
-		if _, ok := c.(syscall.Conn); !ok {
-			return fmt.Errorf("relay: child %s is not a socket", name)
-		}
-	}
-	pos := r.pos.Load()
-	ch, err := r.newChild(name, c)
-	if err != nil {
-		return err
-	}
-	if from < pos {
-		// Everything received has gone into the history; wait until it
-		// is there before serving from it.
-		if err := r.hist.waitEnd(pos); err != nil {
-			ch.finish(false)
-			return err
-		}
-		release, ok := r.hist.hold(from)
-		if !ok {
-			ch.finish(false)
-			start, end := r.hist.bounds()
-			return fmt.Errorf("relay: child %s needs the stream from byte %d; this node holds [%d, %d)", name, from, start, end)
-		}
-		ch.send(childJob{catchUp: true, from: from, to: pos, release: release})
-	} else {
-		ch.skip = from - pos
-	}
-	if r.ended {
-		// Nothing more will come: the child gets the end of its stream
-		// once its catch-up is sent (finish waits for queued jobs).
-		r.finishLate(ctx, ch)
-		return nil
-	}
-	r.children = append(r.children, ch)
-	return nil
-}
-
-// cut stops sending to the child at once, from any goroutine: its
-// connection is closed, so a send blocked on it returns.
-func (ch *relayChild) cut() {
-	ch.detached.Store(true)
-	ch.dead.Store(true)
-	ch.conn.Close()
 }
 
 // distribute hands a round of n bytes to every child and the local copy.
