@@ -28,22 +28,7 @@ func TestProfile(t *testing.T) {
 	wantZero := float64(zeros) / float64(len(raw))
 	for _, enc := range []imaging.Encoding{imaging.Raw, imaging.Zstd} {
 		t.Run(enc.String(), func(t *testing.T) {
-			path := rawPath
-			if enc != imaging.Raw {
-				path = rawPath + "." + enc.String()
-				if err := testimage.Compress(rawPath, path, enc); err != nil {
-					t.Fatal(err)
-				}
-			}
-			im, err := imaging.OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
-			p, err := Image(t.Context(), im, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := profileAs(t, rawPath, enc)
 			if p.Size != int64(len(raw)) || p.Codec != imaging.Zstd || p.Sampled != (enc == imaging.Raw) {
 				t.Fatalf("profile %+v", p)
 			}
@@ -63,4 +48,26 @@ func TestProfile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// profileAs profiles the raw image at rawPath stored as enc.
+func profileAs(t *testing.T, rawPath string, enc imaging.Encoding) Profile {
+	t.Helper()
+	path := rawPath
+	if enc != imaging.Raw {
+		path = rawPath + "." + enc.String()
+		if err := testimage.Compress(rawPath, path, enc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	p, err := Image(t.Context(), im, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

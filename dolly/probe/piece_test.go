@@ -1,14 +1,12 @@
 package probe
 
 import (
-	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"dolly/imaging"
-	"dolly/internal/testimage"
 )
 
 // TestProfilePieces profiles an image laid out as a filesystem is, files
@@ -32,22 +30,7 @@ func TestProfilePieces(t *testing.T) {
 	}
 	for _, enc := range []imaging.Encoding{imaging.Raw, imaging.Zstd} {
 		t.Run(enc.String(), func(t *testing.T) {
-			path := rawPath
-			if enc != imaging.Raw {
-				path = rawPath + "." + enc.String()
-				if err := testimage.Compress(rawPath, path, enc); err != nil {
-					t.Fatal(err)
-				}
-			}
-			im, err := imaging.OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
-			p, err := Image(context.Background(), im, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := profileAs(t, rawPath, enc)
 			if len(p.Pieces) < 8 || len(p.Pieces) > maxPieces {
 				t.Fatalf("%d pieces, want 8 to %d", len(p.Pieces), maxPieces)
 			}

@@ -20,18 +20,6 @@ import (
 // the generated ones: go test -run TestWriteFuzzSeeds -write-fuzz-seeds ./dolly/stream
 var writeFuzzSeeds = flag.Bool("write-fuzz-seeds", false, "rewrite the generated seed corpora in testdata/fuzz")
 
-// countReader counts the bytes read through it.
-type countReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
-	return n, err
-}
-
 // FuzzParseStreamHeader checks the stream header parser on arbitrary bytes.
 // With fixCRC the header checksum is made right first, so the fuzzer gets
 // past it to the field checks.
