@@ -10,6 +10,7 @@ import (
 	"dolly/capacity"
 	"dolly/dolly/probe"
 	"dolly/imaging"
+	"dolly/internal/natural"
 )
 
 // SourceName is the source's name in plans and the capacity model.
@@ -254,4 +255,37 @@ func sourceProbe(r probe.Report) capacity.Probe {
 	p := r.Probe
 	p.Hostname = SourceName
 	return p
+}
+
+// resumePlan is the plan for a cast a previous server started: the same
+// stream, along a chain from the node furthest on to the one furthest
+// behind, so that each node's upstream is ahead of it and serves it from
+// its history. Nodes that already have the whole image only await their
+// verdict.
+func (s *Server) resumePlan(ready []*nodeState) (Choice, error) {
+	enc, err := imaging.ParseEncoding(s.resume.Encoding)
+	if err != nil {
+		return Choice{}, err
+	}
+	if enc != s.img.Encoding && enc.Compressed() && s.img.Encoding.Compressed() {
+		return Choice{}, fmt.Errorf("the cast sent the image as %s, and %s cannot be sent so", enc, s.cfg.Image)
+	}
+	order := append([]*nodeState(nil), ready...)
+	slices.SortStableFunc(order, func(a, b *nodeState) int {
+		return cmp.Or(cmp.Compare(b.pos, a.pos), natural.Compare(a.name, b.name))
+	})
+	names := []string{SourceName}
+	for _, n := range order {
+		names = append(names, n.name)
+	}
+	comp := capacity.Compression{}
+	if enc.Compressed() {
+		comp = capacity.Compression{Codec: enc.String(), Factor: 2}
+	}
+	ch := Choice{
+		Result: capacity.Result{Plan: capacity.Plan{Tree: capacity.Chain(len(order)), Hosts: names, Compression: comp}, Depth: len(order)},
+		Send:   enc,
+		Notes:  []string{"taking up a cast under way: each node gets only what it lacks"},
+	}
+	return ch, nil
 }

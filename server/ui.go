@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"dolly/imaging"
 	"dolly/internal/units"
 )
 
@@ -195,44 +194,3 @@ func (v *progressView) draw(nodes []nodeView, sent int64) {
 
 // finish draws the final state.
 func (v *progressView) finish(nodes []nodeView, sent int64) { v.draw(nodes, sent) }
-
-// printSummary shows the outcome per node.
-func (s *Server) printSummary(sum Summary) {
-	out := s.cfg.Out
-	fmt.Fprintf(out, "\nsummary: %s (%s), source digest %s: %d of %d nodes verified in %s\n",
-		sum.Image, units.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
-	nameW, targetW := len("node"), len("target")
-	for _, n := range sum.Nodes {
-		nameW, targetW = max(nameW, len(n.Name)), max(targetW, len(n.Target))
-	}
-	row := func(name, target, t, rate, result string) {
-		fmt.Fprintf(out, "  %-*s  %-*s  %8s %8s  %s\n", nameW, name, targetW, target, t, rate, result)
-	}
-	row("node", "target", "time", "MB/s", "result")
-	for _, n := range sum.Nodes {
-		result := "OK (digest verified)"
-		if !n.Verified {
-			result = strings.ToUpper(n.Status)
-			if n.Elapsed > 0 {
-				// When it failed, counted from the start of the cast.
-				result += " after " + formatDuration(n.Elapsed)
-			}
-			if n.Reason != "" {
-				result += ": " + n.Reason
-			}
-		}
-		t, rate := "—", "—"
-		if n.Elapsed > 0 && n.Verified {
-			t = formatDuration(n.Elapsed)
-			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
-		}
-		row(n.Name, n.Target, t, rate, result)
-	}
-}
-
-func shortDigest(d imaging.Digest) string {
-	if d.IsZero() {
-		return "(none)"
-	}
-	return d.Short()
-}

@@ -1,0 +1,280 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly/control"
+)
+
+// serveNode reads n's messages on its control connection c, which was
+// welcomed, until the connection ends.
+func (s *Server) serveNode(n *nodeState, c *control.Conn) {
+	for {
+		m, err := c.Recv(0)
+		if err != nil {
+			s.lostNode(n, c, err)
+			return
+		}
+		s.handleMessage(n, c, m)
+	}
+}
+
+// handleMessage acts on one message of a node's control connection c.
+func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.conn != c {
+		return // an old connection of a node that came back
+	}
+	now := time.Now()
+	n.lastHeard = now
+	switch m.Type {
+	case control.MsgReady:
+		if n.status != stJoined {
+			return
+		}
+		n.status, n.target, n.targetSize, n.block = stReady, m.Ready.Target, m.Ready.TargetSize, m.Ready.Block
+		n.probe = nil
+		if len(m.Ready.Probe) > 0 {
+			var p capacity.Probe
+			if err := json.Unmarshal(m.Ready.Probe, &p); err != nil {
+				s.log.Warn("node's probe is unreadable; planning without it", "node", n.name, "err", err)
+			} else {
+				n.probe = &p
+			}
+		}
+		s.log.Info("node ready", "node", n.name, "target", n.target)
+	case control.MsgProgress:
+		n.observe(*m.Progress, now)
+	case control.MsgDone:
+		if n.status != stCasting {
+			return
+		}
+		n.status, n.end, n.digest = stDone, now, m.Done.Digest
+		n.progress.Written = m.Done.Written
+		n.pos = max(n.pos, m.Done.Pos) // its last progress may be older than the end
+	case control.MsgFail:
+		switch n.status {
+		case stJoined, stReady:
+			n.status = stRefused
+		case stCasting, stDone:
+			// Its target failed; it stays in the line and relays on, so
+			// the nodes below it do not notice.
+			n.status, n.end = stFailed, now
+		default:
+			return
+		}
+		n.reason = m.Reason
+		s.log.Warn("node failed", "node", n.name, "reason", m.Reason)
+	case control.MsgAttachFailed:
+		s.post(castEvent{kind: evAttachFailed, node: n, child: m.Peer.Name, reason: m.Reason})
+	case control.MsgChildLost:
+		s.post(castEvent{kind: evChildLost, node: n, child: m.Peer.Name, reason: m.Reason})
+	default:
+		return
+	}
+	s.signal()
+}
+
+// castEvent is something the cast loop must act on: the control
+// connections report them, the loop's own checks find them.
+type castEvent struct {
+	kind   eventKind
+	node   *nodeState
+	child  string // for attach-failed and child-lost
+	reason string
+}
+
+type eventKind int
+
+const (
+	evDown         eventKind = iota // the node is out of the cast: rewire around it
+	evAttachFailed                  // node could not serve child: the source takes it
+	evChildLost                     // node lost its connection to child
+	evReturned                      // a node of this cast came back: append it
+)
+
+// post hands e to the cast loop without waiting.
+func (s *Server) post(e castEvent) {
+	select {
+	case s.events <- e:
+	default:
+		s.log.Warn("cast events overflow", "event", e.kind, "node", e.node.name)
+	}
+}
+
+// handleEvent acts on one event of the cast.
+func (s *Server) handleEvent(ctx context.Context, e castEvent) {
+	switch e.kind {
+	case evDown:
+		s.removeNode(ctx, e.node, e.reason)
+	case evAttachFailed:
+		// The node's history no longer holds what the child needs: the
+		// source serves it, from its own history or a stream of its own.
+		s.mu.Lock()
+		c := s.byName[e.child]
+		if c == nil || c.removed || c.parent != e.node {
+			s.mu.Unlock()
+			return
+		}
+		e.node.children = without(e.node.children, c)
+		c.parent = nil
+		s.sourceKids = append(s.sourceKids, c)
+		s.mu.Unlock()
+		s.log.Warn("the source takes over a child", "child", c.name, "from", e.node.name, "reason", e.reason)
+		s.attachToSource(ctx, c)
+	case evChildLost:
+		// A parent that cannot reach its child: the child is taken out
+		// unless it has finished (it then needs nothing more).
+		s.mu.Lock()
+		c := s.byName[e.child]
+		lost := c != nil && c.parent == e.node && !c.finished()
+		s.mu.Unlock()
+		if lost {
+			s.removeNode(ctx, c, fmt.Sprintf("%s could not send to it: %s", e.node.name, e.reason))
+		}
+	case evReturned:
+		s.appendNode(ctx, e.node)
+	}
+}
+
+// removeNode takes a failed node out of the tree: its parent stops sending
+// to it and its children get their stream from that parent, from the byte
+// each had reached.
+func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
+	s.mu.Lock()
+	if x.removed || !x.inTree {
+		s.mu.Unlock()
+		return
+	}
+	x.removed = true
+	if !x.finished() {
+		// A node that reported its digest keeps it: its verdict comes all
+		// the same. One that did not has failed.
+		x.status, x.end = stFailed, time.Now()
+		if x.reason == "" {
+			x.reason = reason
+		}
+	}
+	now := time.Now()
+	par := x.parent
+	kids := x.children
+	x.children = nil
+	if par == nil {
+		s.sourceKids = without(s.sourceKids, x)
+	} else {
+		par.children = without(par.children, x)
+	}
+	// The children go to the nearest upstream still serving: one gone
+	// after its verdict serves no one.
+	p := par
+	for p != nil && p.gone(now, s.cfg.NodeTimeout) {
+		p = p.parent
+	}
+	for _, k := range kids {
+		k.parent = p
+		k.lastMoved = now // it waits for its new upstream from now on
+		if p == nil {
+			s.sourceKids = append(s.sourceKids, k)
+		} else {
+			p.children = append(p.children, k)
+		}
+	}
+	upName := SourceName
+	if p != nil {
+		upName = p.name
+	}
+	s.mu.Unlock()
+
+	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(kids))
+	if x.verified {
+		// Its target is verified; it only no longer serves.
+		fmt.Fprintf(s.cfg.Out, "  %s is gone: %s", x.name, reason)
+	} else {
+		fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
+		x.conn.Send(control.Message{Type: control.MsgAbort, Reason: "taken out of the cast: " + reason})
+	}
+	if len(kids) > 0 {
+		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", upName, joinNames(kids, 8))
+	}
+	fmt.Fprintln(s.cfg.Out)
+	if par == nil {
+		s.src.detach(ctx, x.name)
+	} else {
+		par.conn.Send(control.Message{Type: control.MsgDetach, Peer: &control.Peer{Name: x.name}})
+	}
+	for _, k := range kids {
+		s.attachTo(ctx, p, k)
+	}
+	s.signal()
+}
+
+// attachTo makes p (nil: the source) send the stream to k from where k is.
+func (s *Server) attachTo(ctx context.Context, p, k *nodeState) {
+	if p == nil {
+		s.attachToSource(ctx, k)
+		return
+	}
+	peer := control.Peer{Name: k.name, Addr: k.dataAddr}
+	if err := p.conn.Send(control.Message{Type: control.MsgAttach, Peer: &peer}); err != nil {
+		s.post(castEvent{kind: evAttachFailed, node: p, child: k.name, reason: err.Error()})
+	}
+}
+
+// appendNode puts a node that came back at the end of the line: under the
+// deepest node still in the cast, which serves it from its history if it
+// still holds what the node needs, or else hands it to the source.
+func (s *Server) appendNode(ctx context.Context, n *nodeState) {
+	s.mu.Lock()
+	var tail *nodeState
+	depth := map[*nodeState]int{}
+	var walk func(ns []*nodeState, d int)
+	walk = func(ns []*nodeState, d int) {
+		for _, c := range ns {
+			if c.removed || c == n {
+				continue
+			}
+			depth[c] = d
+			// One that left cannot serve, but those below it may.
+			if !c.gone(time.Now(), s.cfg.NodeTimeout) && (tail == nil || d > depth[tail]) {
+				tail = c
+			}
+			walk(c.children, d+1)
+		}
+	}
+	walk(s.sourceKids, 1)
+	n.removed, n.inTree, n.parent, n.children = false, true, tail, nil
+	n.status, n.reason, n.end = stCasting, "", time.Time{}
+	n.verified, n.left, n.told = false, false, false
+	n.lastHeard, n.lastMoved = time.Now(), time.Now()
+	if tail == nil {
+		s.sourceKids = append(s.sourceKids, n)
+	} else {
+		tail.children = append(tail.children, n)
+	}
+	if !containsNode(s.castNodes, n) {
+		s.castNodes = append(s.castNodes, n)
+	}
+	s.mu.Unlock()
+	where := SourceName
+	if tail != nil {
+		where = tail.name
+	}
+	fmt.Fprintf(s.cfg.Out, "  %s is back: %s sends it the rest from byte %d\n", n.name, where, n.pos)
+	a := control.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
+	n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a})
+	s.attachTo(ctx, tail, n)
+}
+
+// attachToSource has the source serve n; failing that, n is out.
+func (s *Server) attachToSource(ctx context.Context, n *nodeState) {
+	go func() {
+		if err := s.src.attach(ctx, n); err != nil && ctx.Err() == nil {
+			s.post(castEvent{kind: evDown, node: n, reason: err.Error()})
+		}
+	}()
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"dolly/imaging"
+	"dolly/internal/units"
+)
+
+// Summary is the outcome of a cast.
+type Summary struct {
+	Image    string
+	Size     int64
+	Digest   imaging.Digest
+	Plan     Choice // what ran and what the model predicted of it
+	Nodes    []NodeSummary
+	Elapsed  time.Duration
+	Verified int
+	// StreamBytes is the length of the stream the source encoded;
+	// ResumedBytes how much of it every node had already when a restarted
+	// server took the cast up, and was not sent again.
+	StreamBytes  int64
+	ResumedBytes int64
+}
+
+// NodeSummary is one node's outcome.
+type NodeSummary struct {
+	Name     string
+	Target   string
+	Status   string
+	Reason   string
+	Elapsed  time.Duration
+	Verified bool
+}
+
+// ErrNotAllVerified means the cast ended with at least one node not verified.
+var ErrNotAllVerified = errors.New("not every node was verified")
+
+// summary fills in sum's nodes from their states.
+func (s *Server) summary(sum Summary) Summary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum.Nodes = nil
+	sum.Verified = 0
+	ns := append([]*nodeState(nil), s.nodes...)
+	sortNodes(ns)
+	for _, n := range ns {
+		ns := NodeSummary{Name: n.name, Target: n.target, Status: n.status.String(), Reason: n.reason, Verified: n.verified}
+		if !n.start.IsZero() && !n.end.IsZero() {
+			ns.Elapsed = n.end.Sub(n.start)
+		}
+		if n.verified {
+			sum.Verified++
+		}
+		sum.Nodes = append(sum.Nodes, ns)
+	}
+	return sum
+}
+
+// printSummary shows the outcome per node.
+func (s *Server) printSummary(sum Summary) {
+	out := s.cfg.Out
+	fmt.Fprintf(out, "\nsummary: %s (%s), source digest %s: %d of %d nodes verified in %s\n",
+		sum.Image, units.FormatBytes(sum.Size), shortDigest(sum.Digest), sum.Verified, len(sum.Nodes), formatDuration(sum.Elapsed))
+	nameW, targetW := len("node"), len("target")
+	for _, n := range sum.Nodes {
+		nameW, targetW = max(nameW, len(n.Name)), max(targetW, len(n.Target))
+	}
+	row := func(name, target, t, rate, result string) {
+		fmt.Fprintf(out, "  %-*s  %-*s  %8s %8s  %s\n", nameW, name, targetW, target, t, rate, result)
+	}
+	row("node", "target", "time", "MB/s", "result")
+	for _, n := range sum.Nodes {
+		result := "OK (digest verified)"
+		if !n.Verified {
+			result = strings.ToUpper(n.Status)
+			if n.Elapsed > 0 {
+				// When it failed, counted from the start of the cast.
+				result += " after " + formatDuration(n.Elapsed)
+			}
+			if n.Reason != "" {
+				result += ": " + n.Reason
+			}
+		}
+		t, rate := "—", "—"
+		if n.Elapsed > 0 && n.Verified {
+			t = formatDuration(n.Elapsed)
+			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
+		}
+		row(n.Name, n.Target, t, rate, result)
+	}
+}
+
+func shortDigest(d imaging.Digest) string {
+	if d.IsZero() {
+		return "(none)"
+	}
+	return d.Short()
+}
