@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"dolly/capacity"
@@ -13,7 +14,7 @@ import (
 
 // castPlan is a logical topology with its vertices bound to nodes: vertex 0
 // is the source, vertex v is nodes[v-1]. It is the plan as it started; the
-// tree the cast runs on (nodeState.parent, .children) changes as nodes fail.
+// tree the cast runs on (Server.tree) changes as nodes fail.
 type castPlan struct {
 	tree  capacity.Tree
 	nodes []*nodeState
@@ -43,38 +44,23 @@ func (p castPlan) name(v int) string {
 // runCast streams the image along the plan, keeps the tree whole as nodes
 // fail, and collects the verdicts. It returns the source's digest.
 func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error) {
-	// The tree as it starts; the source is parent nil.
-	kids := p.tree.ChildLists()
 	s.mu.Lock()
 	now := time.Now()
-	s.sourceKids = nil
-	for v := 1; v < len(kids); v++ {
-		n := p.nodes[v-1]
-		n.parent = nil
-		if par := p.tree.Parent[v]; par > 0 {
-			n.parent = p.nodes[par-1]
-		}
-		n.children = n.children[:0]
-		for _, w := range kids[v] {
-			n.children = append(n.children, p.nodes[w-1])
-		}
-		n.inTree = true
+	s.tree = plantTree(p.tree, p.nodes)
+	for _, n := range p.nodes {
 		n.lastHeard, n.lastMoved = now, now
 		if n.status == stReady {
 			n.status, n.start = stCasting, now
 		}
 	}
-	for _, w := range kids[0] {
-		s.sourceKids = append(s.sourceKids, p.nodes[w-1])
-	}
 	s.castNodes = append([]*nodeState(nil), p.nodes...)
 	for _, n := range s.nodes {
-		if n.resumed && n.status == stDone && !containsNode(s.castNodes, n) {
+		if n.resumed && n.status == stDone && !slices.Contains(s.castNodes, n) {
 			s.castNodes = append(s.castNodes, n) // has it all: awaits its verdict
 		}
 	}
 	skip := int64(-1)
-	for _, n := range s.sourceKids {
+	for _, n := range s.tree.sourceChildren() {
 		if skip < 0 || n.pos < skip {
 			skip = n.pos
 		}
@@ -95,6 +81,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 	srcDone := make(chan error, 1)
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 
+	kids := p.tree.ChildLists()
 	for v := 1; v < len(kids); v++ {
 		n := p.nodes[v-1]
 		a := control.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
@@ -154,18 +141,19 @@ func (s *Server) checkNodes(now time.Time) {
 	var down []castEvent
 	s.mu.Lock()
 	for _, n := range s.castNodes {
-		if !n.inTree || n.removed || n.finished() && n.status != stDone {
+		if s.tree.placeOf(n) != inTree || n.finished() && n.status != stDone {
 			continue
 		}
-		if n.status == stDone && n.verified {
+		if n.status == stDone && n.verdict == verified {
 			continue
 		}
 		if silent := now.Sub(n.lastHeard); silent > s.cfg.NodeTimeout {
 			down = append(down, castEvent{kind: evDown, node: n, reason: fmt.Sprintf("no word from it for %s", formatDuration(silent))})
 			continue
 		}
-		p := n.parent
-		if p != nil && p.gone(now, s.cfg.NodeTimeout) && n.status == stCasting && n.pos < p.pos {
+		up := s.tree.upstream(n)
+		p := up.node // nil for the source
+		if !up.isSource() && p.gone(now, s.cfg.NodeTimeout) && n.status == stCasting && n.pos < p.pos {
 			// Its upstream went away after its verdict before the end of
 			// the stream reached n. One that fell silent lost its power
 			// or its cable: what has not come by now will not. One that
@@ -181,7 +169,7 @@ func (s *Server) checkNodes(now time.Time) {
 			}
 		}
 		ahead, complete := s.src.sent.Load(), s.src.ended.Load()
-		if p != nil {
+		if !up.isSource() {
 			ahead, complete = p.pos, p.status == stDone
 		}
 		// Far behind, or behind an upstream that has it all: near the end
@@ -211,25 +199,6 @@ func (s *Server) checkNodes(now time.Time) {
 // does not move counts as stalled: less is data in flight.
 const stallMargin = 4 << 20
 
-func without(ns []*nodeState, x *nodeState) []*nodeState {
-	out := ns[:0]
-	for _, n := range ns {
-		if n != x {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func containsNode(ns []*nodeState, x *nodeState) bool {
-	for _, n := range ns {
-		if n == x {
-			return true
-		}
-	}
-	return false
-}
-
 // sendVerdicts compares each reported digest with the source's and tells
 // the node. A node whose target is verified may reboot at once.
 func (s *Server) sendVerdicts(digest imaging.Digest) {
@@ -243,9 +212,10 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 		r := control.Result{OK: n.digest == digest.String(), After: s.cfg.After}
 		s.log.Info("verdict", "node", n.name, "ok", r.OK)
 		if r.OK {
-			n.verified = true
+			n.verdict = verified
 			r.Message = "target verified"
 		} else {
+			n.verdict = rejected
 			n.reason = fmt.Sprintf("digest %.12s differs from the source's %s", n.digest, digest.Short())
 			n.status = stFailed
 			r.Message = n.reason
@@ -262,7 +232,7 @@ func (s *Server) allFinished() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.castNodes {
-		if !n.finished() || (n.status == stDone && !n.verified) {
+		if !n.finished() || (n.status == stDone && n.verdict != verified) {
 			return false
 		}
 	}
@@ -276,7 +246,7 @@ func (s *Server) snapshot() []nodeView {
 	now := time.Now()
 	out := make([]nodeView, len(s.castNodes))
 	for i, n := range s.castNodes {
-		v := nodeView{name: n.name, status: n.status, written: n.progress.Written, rate: n.rate, reason: n.reason, verified: n.verified}
+		v := nodeView{name: n.name, status: n.status, written: n.progress.Written, rate: n.rate, reason: n.reason, verified: n.verdict == verified}
 		end := now
 		if !n.end.IsZero() {
 			end = n.end
@@ -292,5 +262,5 @@ func (s *Server) snapshot() []nodeView {
 func (s *Server) sourceKidsNow() []*nodeState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*nodeState(nil), s.sourceKids...)
+	return s.tree.sourceChildren()
 }

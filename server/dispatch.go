@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"dolly/capacity"
@@ -113,26 +114,13 @@ func (s *Server) handleEvent(ctx context.Context, e castEvent) {
 	case evDown:
 		s.removeNode(ctx, e.node, e.reason)
 	case evAttachFailed:
-		// The node's history no longer holds what the child needs: the
-		// source serves it, from its own history or a stream of its own.
-		s.mu.Lock()
-		c := s.byName[e.child]
-		if c == nil || c.removed || c.parent != e.node {
-			s.mu.Unlock()
-			return
-		}
-		e.node.children = without(e.node.children, c)
-		c.parent = nil
-		s.sourceKids = append(s.sourceKids, c)
-		s.mu.Unlock()
-		s.log.Warn("the source takes over a child", "child", c.name, "from", e.node.name, "reason", e.reason)
-		s.attachToSource(ctx, c)
+		s.handOver(ctx, e.node, e.child, e.reason)
 	case evChildLost:
 		// A parent that cannot reach its child: the child is taken out
 		// unless it has finished (it then needs nothing more).
 		s.mu.Lock()
 		c := s.byName[e.child]
-		lost := c != nil && c.parent == e.node && !c.finished()
+		lost := c != nil && s.tree.feeds(e.node, c) && !c.finished()
 		s.mu.Unlock()
 		if lost {
 			s.removeNode(ctx, c, fmt.Sprintf("%s could not send to it: %s", e.node.name, e.reason))
@@ -147,82 +135,54 @@ func (s *Server) handleEvent(ctx context.Context, e castEvent) {
 // each had reached.
 func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 	s.mu.Lock()
-	if x.removed || !x.inTree {
+	now := time.Now()
+	r, ok := s.tree.remove(x, s.serving(now))
+	if !ok {
 		s.mu.Unlock()
 		return
 	}
-	x.removed = true
 	if !x.finished() {
 		// A node that reported its digest keeps it: its verdict comes all
 		// the same. One that did not has failed.
-		x.status, x.end = stFailed, time.Now()
+		x.status, x.end = stFailed, now
 		if x.reason == "" {
 			x.reason = reason
 		}
 	}
-	now := time.Now()
-	par := x.parent
-	kids := x.children
-	x.children = nil
-	if par == nil {
-		s.sourceKids = without(s.sourceKids, x)
-	} else {
-		par.children = without(par.children, x)
-	}
-	// The children go to the nearest upstream still serving: one gone
-	// after its verdict serves no one.
-	p := par
-	for p != nil && p.gone(now, s.cfg.NodeTimeout) {
-		p = p.parent
-	}
-	for _, k := range kids {
-		k.parent = p
-		k.lastMoved = now // it waits for its new upstream from now on
-		if p == nil {
-			s.sourceKids = append(s.sourceKids, k)
-		} else {
-			p.children = append(p.children, k)
-		}
-	}
-	upName := SourceName
-	if p != nil {
-		upName = p.name
+	for _, l := range r.added {
+		l.node.lastMoved = now // it waits for its new upstream from now on
 	}
 	s.mu.Unlock()
 
-	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(kids))
-	if x.verified {
+	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(r.added))
+	if x.verdict == verified {
 		// Its target is verified; it only no longer serves.
 		fmt.Fprintf(s.cfg.Out, "  %s is gone: %s", x.name, reason)
 	} else {
 		fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
 		x.conn.Send(control.Message{Type: control.MsgAbort, Reason: "taken out of the cast: " + reason})
 	}
-	if len(kids) > 0 {
-		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", upName, joinNames(kids, 8))
+	if len(r.added) > 0 {
+		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", r.added[0].up.name(), joinNames(r.fed(), 8))
 	}
 	fmt.Fprintln(s.cfg.Out)
-	if par == nil {
-		s.src.detach(ctx, x.name)
-	} else {
-		par.conn.Send(control.Message{Type: control.MsgDetach, Peer: &control.Peer{Name: x.name}})
-	}
-	for _, k := range kids {
-		s.attachTo(ctx, p, k)
-	}
+	s.rewire(ctx, r)
 	s.signal()
 }
 
-// attachTo makes p (nil: the source) send the stream to k from where k is.
-func (s *Server) attachTo(ctx context.Context, p, k *nodeState) {
-	if p == nil {
-		s.attachToSource(ctx, k)
+// handOver has the source serve child, which its upstream from could not
+// serve: from's history no longer holds what the child needs. The source
+// serves it from its own history or a stream of its own.
+func (s *Server) handOver(ctx context.Context, from *nodeState, child, reason string) {
+	s.mu.Lock()
+	c := s.byName[child]
+	r, ok := s.tree.toSource(c, from)
+	s.mu.Unlock()
+	if !ok {
 		return
 	}
-	peer := control.Peer{Name: k.name, Addr: k.dataAddr}
-	if err := p.conn.Send(control.Message{Type: control.MsgAttach, Peer: &peer}); err != nil {
-		s.post(castEvent{kind: evAttachFailed, node: p, child: k.name, reason: err.Error()})
-	}
+	s.log.Warn("the source takes over a child", "child", c.name, "from", from.name, "reason", reason)
+	s.rewire(ctx, r)
 }
 
 // appendNode puts a node that came back at the end of the line: under the
@@ -230,44 +190,49 @@ func (s *Server) attachTo(ctx context.Context, p, k *nodeState) {
 // still holds what the node needs, or else hands it to the source.
 func (s *Server) appendNode(ctx context.Context, n *nodeState) {
 	s.mu.Lock()
-	var tail *nodeState
-	depth := map[*nodeState]int{}
-	var walk func(ns []*nodeState, d int)
-	walk = func(ns []*nodeState, d int) {
-		for _, c := range ns {
-			if c.removed || c == n {
-				continue
-			}
-			depth[c] = d
-			// One that left cannot serve, but those below it may.
-			if !c.gone(time.Now(), s.cfg.NodeTimeout) && (tail == nil || d > depth[tail]) {
-				tail = c
-			}
-			walk(c.children, d+1)
-		}
-	}
-	walk(s.sourceKids, 1)
-	n.removed, n.inTree, n.parent, n.children = false, true, tail, nil
+	now := time.Now()
+	r := s.tree.rejoin(n, s.serving(now))
 	n.status, n.reason, n.end = stCasting, "", time.Time{}
-	n.verified, n.left, n.told = false, false, false
-	n.lastHeard, n.lastMoved = time.Now(), time.Now()
-	if tail == nil {
-		s.sourceKids = append(s.sourceKids, n)
-	} else {
-		tail.children = append(tail.children, n)
-	}
-	if !containsNode(s.castNodes, n) {
+	n.verdict, n.told, n.left = noVerdict, false, false
+	n.lastHeard, n.lastMoved = now, now
+	if !slices.Contains(s.castNodes, n) {
 		s.castNodes = append(s.castNodes, n)
 	}
 	s.mu.Unlock()
-	where := SourceName
-	if tail != nil {
-		where = tail.name
-	}
+	where := r.added[0].up.name()
 	fmt.Fprintf(s.cfg.Out, "  %s is back: %s sends it the rest from byte %d\n", n.name, where, n.pos)
 	a := control.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
 	n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a})
-	s.attachTo(ctx, tail, n)
+	s.rewire(ctx, r)
+}
+
+// serving tells whether a node of the tree still sends the stream on: one
+// gone after its verdict does not.
+func (s *Server) serving(now time.Time) func(*nodeState) bool {
+	return func(n *nodeState) bool { return !n.gone(now, s.cfg.NodeTimeout) }
+}
+
+// rewire carries out a change of the tree: each cut link's upstream stops
+// sending to its node, each added link's upstream starts sending to its
+// node from where that node is.
+func (s *Server) rewire(ctx context.Context, r rewiring) {
+	for _, l := range r.cut {
+		if l.up.isSource() {
+			s.src.detach(ctx, l.node.name)
+			continue
+		}
+		l.up.node.conn.Send(control.Message{Type: control.MsgDetach, Peer: &control.Peer{Name: l.node.name}})
+	}
+	for _, l := range r.added {
+		if l.up.isSource() {
+			s.attachToSource(ctx, l.node)
+			continue
+		}
+		peer := control.Peer{Name: l.node.name, Addr: l.node.dataAddr}
+		if err := l.up.node.conn.Send(control.Message{Type: control.MsgAttach, Peer: &peer}); err != nil {
+			s.post(castEvent{kind: evAttachFailed, node: l.up.node, child: l.node.name, reason: err.Error()})
+		}
+	}
 }
 
 // attachToSource has the source serve n; failing that, n is out.

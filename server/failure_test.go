@@ -164,7 +164,7 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	now := time.Now()
 	cfg := Config{NodeTimeout: 5 * time.Second, StallTimeout: 30 * time.Second}
 	cfg.defaults()
-	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{}}
+	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{}, tree: newCastTree()}
 	s.src.sent.Store(100 << 20)
 	conn := func() *control.Conn {
 		a, b := net.Pipe()
@@ -179,41 +179,43 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 		}()
 		return control.NewConn(a)
 	}
-	node := func(name string, parent *nodeState, pos int64, heard, moved time.Duration) *nodeState {
-		return &nodeState{name: name, conn: conn(), status: stCasting, inTree: true, parent: parent, pos: pos,
-			lastHeard: now.Add(-heard), lastMoved: now.Add(-moved)}
+	node := func(name string, up *vertex, pos int64, heard, moved time.Duration) *nodeState {
+		n := &nodeState{name: name, conn: conn(), status: stCasting, pos: pos, lastHeard: now.Add(-heard), lastMoved: now.Add(-moved)}
+		s.tree.add(up, n)
+		return n
 	}
-	healthy := node("healthy", nil, 90<<20, time.Second, time.Second)
-	silent := node("silent", healthy, 50<<20, 6*time.Second, time.Second)
-	stalled := node("stalled", healthy, 10<<20, time.Second, 31*time.Second)
-	waiting := node("waiting", stalled, 10<<20-1<<20, time.Second, 40*time.Second) // its upstream has little more
-	slow := node("slow", healthy, 20<<20, time.Second, 2*time.Second)
+	under := func(n *nodeState) *vertex { return s.tree.at[n] }
+	healthy := node("healthy", s.tree.root, 90<<20, time.Second, time.Second)
+	silent := node("silent", under(healthy), 50<<20, 6*time.Second, time.Second)
+	stalled := node("stalled", under(healthy), 10<<20, time.Second, 31*time.Second)
+	waiting := node("waiting", under(stalled), 10<<20-1<<20, time.Second, 40*time.Second) // its upstream has little more
+	slow := node("slow", under(healthy), 20<<20, time.Second, 2*time.Second)
 	finished := func(name string, left bool) *nodeState {
-		n := node(name, healthy, 100<<20, time.Second, time.Second)
-		n.status, n.verified, n.left = stDone, true, left
+		n := node(name, under(healthy), 100<<20, time.Second, time.Second)
+		n.status, n.verdict, n.left = stDone, verified, left
 		return n
 	}
 	// Behind an upstream that has it all, by less than stallMargin.
 	done := finished("done", false)
-	shortOfTheEnd := node("short of the end", done, 100<<20-300<<10, time.Second, 31*time.Second)
+	shortOfTheEnd := node("short of the end", under(done), 100<<20-300<<10, time.Second, 31*time.Second)
 	// Behind an upstream that said goodbye (having waited for its
 	// children's kernels to take the stream): rewired once it stalls,
 	// not when its disk pauses for a few seconds.
 	gone := finished("gone", true)
-	orphan := node("orphan", gone, 99<<20, time.Second, 31*time.Second)
+	orphan := node("orphan", under(gone), 99<<20, time.Second, 31*time.Second)
 	gone4 := finished("gone4", true)
-	pausing := node("pausing", gone4, 99<<20, time.Second, 6*time.Second)
+	pausing := node("pausing", under(gone4), 99<<20, time.Second, 6*time.Second)
 	gone2 := finished("gone2", true)
-	hasItAll := node("has it all", gone2, 100<<20, time.Second, 40*time.Second) // syncing its disk
+	hasItAll := node("has it all", under(gone2), 100<<20, time.Second, 40*time.Second) // syncing its disk
 	gone3 := finished("gone3", true)
-	tailArriving := node("tail arriving", gone3, 99<<20, time.Second, 2*time.Second)
+	tailArriving := node("tail arriving", under(gone3), 99<<20, time.Second, 2*time.Second)
 	// A verified upstream that fell silent (its power went) is gone too;
 	// one still heard from is still delivering.
 	mute := finished("mute", false)
 	mute.lastHeard = now.Add(-6 * time.Second)
-	orphan2 := node("orphan2", mute, 99<<20, time.Second, 6*time.Second)
+	orphan2 := node("orphan2", under(mute), 99<<20, time.Second, 6*time.Second)
 	heard := finished("heard", false)
-	delivering := node("delivering", heard, 99<<20, time.Second, 6*time.Second)
+	delivering := node("delivering", under(heard), 99<<20, time.Second, 6*time.Second)
 	s.castNodes = []*nodeState{healthy, silent, stalled, waiting, slow, done, shortOfTheEnd, gone, orphan, gone2, hasItAll, gone3, tailArriving,
 		mute, orphan2, heard, delivering, gone4, pausing}
 	s.checkNodes(now)

@@ -92,7 +92,7 @@ func (s *Server) registerResumed(c *control.Conn, h *control.Hello, r *control.R
 		}
 		n.resumed = true
 		// Given up meanwhile: it goes back in at the end of the line.
-		return n, n.removed && !r.Done, ""
+		return n, s.tree.placeOf(n) == takenOut && !r.Done, ""
 	}
 	if s.resume == nil {
 		s.resume = r
@@ -170,8 +170,9 @@ func (s *Server) lostNode(n *nodeState, c *control.Conn, err error) {
 		s.signal()
 		return
 	}
-	inCast := n.inTree && !n.removed && !(n.status == stDone && n.verified)
-	if n.inTree && !n.removed && n.verified {
+	placed := s.tree.placeOf(n) == inTree
+	inCast := placed && !(n.status == stDone && n.verdict == verified)
+	if placed && n.verdict == verified {
 		// Its work is done, but a child may still lack the tail of the
 		// stream: checkNodes rewires it if it stops short.
 		n.left = true

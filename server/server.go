@@ -145,10 +145,10 @@ type Server struct {
 	resume *control.Resume
 
 	// The cast as it runs.
-	events     chan castEvent
-	src        *source
-	sourceKids []*nodeState // the source's children
-	castNodes  []*nodeState // every node of the cast
+	events    chan castEvent
+	src       *source
+	tree      *castTree    // who sends the stream to whom
+	castNodes []*nodeState // every node of the cast
 }
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The
@@ -156,7 +156,7 @@ type Server struct {
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.defaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1),
-		scanned: make(chan struct{}), probed: make(chan struct{}), events: make(chan castEvent, 1024)}
+		scanned: make(chan struct{}), probed: make(chan struct{}), events: make(chan castEvent, 1024), tree: newCastTree()}
 	if _, err := rand.Read(s.cast[:]); err != nil {
 		return Summary{}, err
 	}

@@ -28,7 +28,8 @@ func (s status) String() string {
 	return [...]string{"joined", "ready", "refused", "casting", "done", "failed"}[s]
 }
 
-// nodeState is the server's view of one node. Fields are guarded by the
+// nodeState is the server's view of one node. Where it stands in the tree
+// the cast runs on is the castTree's to say. Fields are guarded by the
 // Server's mutex.
 type nodeState struct {
 	name       string
@@ -49,21 +50,30 @@ type nodeState struct {
 	rate       float64 // smoothed raw bytes/s
 	start, end time.Time
 	digest     string
-	verified   bool
-	told       bool // its verdict was sent on its present connection
+	pos        int64     // stream bytes it has received
+	resumed    bool      // it came with a cast already under way
+	lastHeard  time.Time // any message from it
+	lastMoved  time.Time // pos last grew
 
-	// Its place in the tree the cast runs on (parent nil: the source),
-	// which changes as nodes fail.
-	parent    *nodeState
-	children  []*nodeState
-	inTree    bool
-	removed   bool      // taken out of the tree after failing
-	left      bool      // its control connection ended after its verdict
-	pos       int64     // stream bytes it has received
-	resumed   bool      // it came with a cast already under way
-	lastHeard time.Time // any message from it
-	lastMoved time.Time // pos last grew
+	// verdict is what its digest proved, once it reported one; told says
+	// the verdict was sent on its present connection (a node that comes
+	// back is told again). Only a verified node ever has left set: its
+	// control connection ended while it was in the tree, and it serves no
+	// one any more (see gone).
+	verdict verdict
+	told    bool
+	left    bool
 }
+
+// verdict is what the comparison of a node's digest with the source's
+// found.
+type verdict int
+
+const (
+	noVerdict verdict = iota // no digest compared yet
+	verified                 // its digest is the source's: its target holds the image
+	rejected                 // its digest differs: it failed
+)
 
 // finished reports whether the node needs nothing more in this cast.
 func (n *nodeState) finished() bool {
@@ -74,7 +84,7 @@ func (n *nodeState) finished() bool {
 // closed its control connection, or has been silent past timeout (a node
 // still in its cast reports progress). It serves no one any more.
 func (n *nodeState) gone(now time.Time, timeout time.Duration) bool {
-	return n.verified && (n.left || now.Sub(n.lastHeard) > timeout)
+	return n.verdict == verified && (n.left || now.Sub(n.lastHeard) > timeout)
 }
 
 // observe folds a progress report into the node's rate and position.

@@ -48,11 +48,11 @@ func (s *Server) summary(sum Summary) Summary {
 	ns := append([]*nodeState(nil), s.nodes...)
 	sortNodes(ns)
 	for _, n := range ns {
-		ns := NodeSummary{Name: n.name, Target: n.target, Status: n.status.String(), Reason: n.reason, Verified: n.verified}
+		ns := NodeSummary{Name: n.name, Target: n.target, Status: n.status.String(), Reason: n.reason, Verified: n.verdict == verified}
 		if !n.start.IsZero() && !n.end.IsZero() {
 			ns.Elapsed = n.end.Sub(n.start)
 		}
-		if n.verified {
+		if n.verdict == verified {
 			sum.Verified++
 		}
 		sum.Nodes = append(sum.Nodes, ns)

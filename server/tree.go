@@ -1,0 +1,222 @@
+package server
+
+import (
+	"slices"
+
+	"dolly/capacity"
+)
+
+// castTree is the tree the cast runs on: who sends the stream to whom. It
+// starts as the plan's tree and changes as nodes fail, go away and come
+// back. Its root is the source, a vertex like the others: every node in
+// the tree has an upstream.
+//
+// The tree only records. Each change returns the rewiring that brings the
+// nodes' data links in line with it, which the cast loop carries out. The
+// Server's mutex guards it.
+type castTree struct {
+	root *vertex
+	at   map[*nodeState]*vertex // every node ever placed, in the tree or not
+}
+
+// vertex is the source or a node.
+type vertex struct {
+	node     *nodeState // nil at the root: the source
+	place    place
+	parent   *vertex // its upstream while in the tree; nil at the root
+	children []*vertex
+}
+
+// place is where a node stands in the cast's tree.
+type place int
+
+const (
+	notInTree place = iota // not placed: the cast has not started, or it came with the whole image
+	inTree                 // gets the stream from its upstream and sends it on to its children
+	takenOut               // taken out after it failed or went away; it may come back
+)
+
+func (v *vertex) isSource() bool { return v.node == nil }
+
+func (v *vertex) name() string {
+	if v.isSource() {
+		return SourceName
+	}
+	return v.node.name
+}
+
+// link is one edge of the tree: up sends the stream to node.
+type link struct {
+	up   *vertex
+	node *nodeState
+}
+
+// rewiring is what brings the data links in line with the tree after a
+// change: the upstream of each cut link stops sending to its node, the
+// upstream of each added link starts sending to its node from the byte
+// the node has reached.
+type rewiring struct {
+	cut   []link
+	added []link
+}
+
+// newCastTree is a tree of the source alone.
+func newCastTree() *castTree {
+	return &castTree{root: &vertex{place: inTree}, at: map[*nodeState]*vertex{}}
+}
+
+// plantTree lays the nodes out as the plan's tree: its vertex 0 is the
+// source, vertex v is nodes[v-1]. Children keep the plan's order.
+func plantTree(plan capacity.Tree, nodes []*nodeState) *castTree {
+	t := newCastTree()
+	vs := make([]*vertex, len(plan.Parent))
+	vs[0] = t.root
+	for v := 1; v < len(vs); v++ {
+		vs[v] = &vertex{node: nodes[v-1]}
+		t.at[nodes[v-1]] = vs[v]
+	}
+	for v := 1; v < len(vs); v++ {
+		t.link(vs[plan.Parent[v]], vs[v])
+	}
+	return t
+}
+
+// add puts n in the tree under up, after up's other children, and
+// returns n's vertex.
+func (t *castTree) add(up *vertex, n *nodeState) *vertex {
+	v := t.at[n]
+	if v == nil {
+		v = &vertex{node: n}
+		t.at[n] = v
+	}
+	t.link(up, v)
+	return v
+}
+
+// link makes up the upstream of v, a vertex not in the tree.
+func (t *castTree) link(up, v *vertex) {
+	v.place, v.parent = inTree, up
+	up.children = append(up.children, v)
+}
+
+// unlink takes v from under its upstream.
+func (t *castTree) unlink(v *vertex) {
+	p := v.parent
+	p.children = slices.DeleteFunc(p.children, func(c *vertex) bool { return c == v })
+	v.parent = nil
+}
+
+// placeOf says where n stands.
+func (t *castTree) placeOf(n *nodeState) place {
+	if v := t.at[n]; v != nil {
+		return v.place
+	}
+	return notInTree
+}
+
+// upstream is the vertex that sends n the stream, nil if n is not in the
+// tree.
+func (t *castTree) upstream(n *nodeState) *vertex {
+	if v := t.at[n]; v != nil && v.place == inTree {
+		return v.parent
+	}
+	return nil
+}
+
+// feeds reports whether the node up sends the stream to n.
+func (t *castTree) feeds(up, n *nodeState) bool {
+	p := t.upstream(n)
+	return up != nil && p != nil && p.node == up
+}
+
+// sourceChildren lists the nodes the source sends the stream to.
+func (t *castTree) sourceChildren() []*nodeState {
+	out := make([]*nodeState, 0, len(t.root.children))
+	for _, c := range t.root.children {
+		out = append(out, c.node)
+	}
+	return out
+}
+
+// remove takes x, a node that failed or went away, out of the tree. Its
+// upstream stops sending to it; its children go to the nearest upstream
+// that still serves, skipping nodes for which serves is false (gone after
+// their verdict). The source always serves. ok is false, and nothing
+// changes, if x is not in the tree.
+func (t *castTree) remove(x *nodeState, serves func(*nodeState) bool) (r rewiring, ok bool) {
+	v := t.at[x]
+	if v == nil || v.place != inTree {
+		return rewiring{}, false
+	}
+	par := v.parent
+	t.unlink(v)
+	v.place = takenOut
+	r.cut = append(r.cut, link{up: par, node: x})
+	up := par
+	for !up.isSource() && !serves(up.node) {
+		up = up.parent
+	}
+	for _, k := range v.children {
+		t.link(up, k)
+		r.added = append(r.added, link{up: up, node: k.node})
+	}
+	v.children = nil
+	return r, true
+}
+
+// toSource hands c over from its upstream from to the source, when from's
+// history no longer holds what c needs: from could not start sending to
+// c, so there is nothing to cut. ok is false, and nothing changes, unless
+// from is c's upstream.
+func (t *castTree) toSource(c, from *nodeState) (r rewiring, ok bool) {
+	if !t.feeds(from, c) {
+		return rewiring{}, false
+	}
+	v := t.at[c]
+	t.unlink(v)
+	t.link(t.root, v)
+	return rewiring{added: []link{{up: t.root, node: c}}}, true
+}
+
+// rejoin puts n, a node that came back, at the end of the line: under the
+// deepest node that serves (the first met in the tree's order, among
+// nodes as deep), or under the source if none does. A node that does not
+// serve is passed over, the nodes below it are not. The rewiring adds
+// exactly one link, n's.
+//
+// n is normally out of the tree. One still in it (it came back twice
+// before the first return was handled) moves with the nodes below it.
+func (t *castTree) rejoin(n *nodeState, serves func(*nodeState) bool) rewiring {
+	var r rewiring
+	v := t.at[n]
+	if v != nil && v.place == inTree {
+		r.cut = append(r.cut, link{up: v.parent, node: n})
+		t.unlink(v)
+	}
+	tail, deepest := t.root, 0
+	var walk func(u *vertex, d int)
+	walk = func(u *vertex, d int) {
+		for _, c := range u.children {
+			if c == v {
+				continue
+			}
+			if d > deepest && serves(c.node) {
+				tail, deepest = c, d
+			}
+			walk(c, d+1)
+		}
+	}
+	walk(t.root, 1)
+	t.add(tail, n)
+	r.added = append(r.added, link{up: tail, node: n})
+	return r
+}
+
+// fed lists the nodes of the added links.
+func (r rewiring) fed() []*nodeState {
+	out := make([]*nodeState, 0, len(r.added))
+	for _, l := range r.added {
+		out = append(out, l.node)
+	}
+	return out
+}
