@@ -67,7 +67,10 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 	}
 	s.mu.Unlock()
 
-	src, err := s.newSource(p.send, max(skip, 0))
+	// The source's relay runs until the cast is over.
+	srcCtx, stopSource := context.WithCancel(ctx)
+	defer stopSource()
+	src, err := s.newSource(srcCtx, p.send, max(skip, 0))
 	if err != nil {
 		s.abortAll(err.Error())
 		return imaging.Digest{}, err
@@ -76,8 +79,6 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 		fmt.Fprintf(s.cfg.Out, "every node has the first %s of the stream already: sending the rest\n", units.FormatBytes(skip))
 	}
 	s.src = src
-	srcCtx, stopSource := context.WithCancel(ctx)
-	defer stopSource()
 	srcDone := make(chan error, 1)
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 

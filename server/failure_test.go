@@ -164,7 +164,7 @@ func TestCheckNodesTakesOutSilentAndStalledNodes(t *testing.T) {
 	now := time.Now()
 	cfg := Config{NodeTimeout: 5 * time.Second, StallTimeout: 30 * time.Second}
 	cfg.defaults()
-	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{}, tree: newCastTree()}
+	s := &Server{cfg: cfg, events: make(chan castEvent, 16), src: &source{feed: &feed{}}, tree: newCastTree()}
 	s.src.sent.Store(100 << 20)
 	conn := func() *control.Conn {
 		a, b := net.Pipe()

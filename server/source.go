@@ -22,39 +22,105 @@ import (
 // as a node forwards its upstream. So the source serves children that join
 // late or lose their upstream from its history, like any node.
 type source struct {
+	*feed  // the stream every child gets unless the history cannot serve it
 	s      *Server
-	enc    *stream.Encoder
-	relay  *relay.Relay
 	header stream.StreamHeader
-	sent   atomic.Int64 // stream bytes encoded (once, not per child)
-	ended  atomic.Bool  // the end frame is sent: sent is the whole stream
-	skip   int64        // stream bytes every child had already
+	skip   int64 // stream bytes every child had already
 	digest chan imaging.Digest
 
-	// extra streams serve children the relay's history cannot: each its
-	// own encoder from the start of the image.
+	// extra streams serve children the main stream's history cannot:
+	// each its own encoder from the start of the image.
 	mu     sync.Mutex
-	extras []*relay.Relay
+	extras []*feed
 }
 
-// newSource prepares the stream of the image as p sends it. skip is how
+// feed is one stream of the image: an encoder writing into a pipe that a
+// relay reads and forwards to its children. The relay runs from the
+// feed's making until its stream is delivered or its context ends.
+type feed struct {
+	enc    *stream.Encoder
+	relay  *relay.Relay
+	pr, pw *os.File     // the relay reads pr, the encoder writes pw
+	sent   atomic.Int64 // stream bytes encoded (once, not per child)
+	ended  atomic.Bool  // the end frame is sent: sent is the whole stream
+
+	stop    context.CancelFunc // stops the relay
+	stopped chan struct{}      // closed once the relay has stopped
+	err     error              // why it stopped, once it has
+}
+
+// newSource prepares the stream of the image, encoded as send. skip is how
 // many stream bytes every child already has: they are encoded again (the
-// stream must be byte for byte the same) but not paced.
-func (s *Server) newSource(send imaging.Encoding, skip int64) (*source, error) {
+// stream must be byte for byte the same) but not paced. The source's
+// relay runs until ctx ends.
+func (s *Server) newSource(ctx context.Context, send imaging.Encoding, skip int64) (*source, error) {
+	// The source has no disk to write, and nodes may need the end of the
+	// stream after it was sent.
+	f, err := s.newFeed(ctx, send, relay.Config{NoLocalCopy: true, ServeLate: true})
+	if err != nil {
+		return nil, err
+	}
+	return &source{feed: f, s: s, header: f.enc.Header(), skip: skip, digest: make(chan imaging.Digest, 1)}, nil
+}
+
+// newFeed makes a stream of the image, encoded as send, and starts its
+// relay under ctx. On error nothing it opened is left open; once it has
+// returned a feed, either its stream runs or close gives it back.
+func (s *Server) newFeed(ctx context.Context, send imaging.Encoding, cfg relay.Config) (*feed, error) {
 	enc, err := stream.NewEncoder(s.img, s.cast, s.cfg.FrameSize, send)
 	if err != nil {
 		return nil, err
 	}
 	enc.SetKey(s.frameKey())
-	// The source has no disk to write, and nodes may need the end of the
-	// stream after it was sent.
-	r, err := relay.New(relay.Config{NoLocalCopy: true, ServeLate: true})
+	pr, pw, err := os.Pipe()
 	if err != nil {
 		enc.Close()
 		return nil, err
 	}
-	src := &source{s: s, enc: enc, relay: r, header: enc.Header(), skip: skip, digest: make(chan imaging.Digest, 1)}
-	return src, nil
+	r, err := relay.New(cfg)
+	if err != nil {
+		enc.Close()
+		pr.Close()
+		pw.Close()
+		return nil, err
+	}
+	// What New opened is released when Run returns: run it at once.
+	ctx, stop := context.WithCancel(ctx)
+	f := &feed{enc: enc, relay: r, pr: pr, pw: pw, stop: stop, stopped: make(chan struct{})}
+	go func() {
+		f.err = r.Run(ctx)
+		stop()
+		close(f.stopped)
+	}()
+	return f, nil
+}
+
+// start hands the pipe to the relay as its upstream, then encodes the
+// stream into it from a goroutine, skipping the pacing of the first skip
+// bytes; the encoder's result comes on the channel returned. digest is
+// handed the stream's digest once the end frame is written.
+func (f *feed) start(ctx context.Context, rate float64, skip int64, digest func(imaging.Digest)) (<-chan error, error) {
+	if _, err := f.relay.SetUpstream(ctx, f.pr); err != nil {
+		return nil, err
+	}
+	encErr := make(chan error, 1)
+	go func() {
+		err := encode(ctx, f.enc, f.pw, rate, skip, &f.sent, f.relay.EndSeen, digest)
+		f.ended.Store(err == nil)
+		f.pw.Close()
+		encErr <- err
+	}()
+	return encErr, nil
+}
+
+// close stops the relay of a feed whose stream never started and
+// releases what the feed holds.
+func (f *feed) close() {
+	f.stop()
+	<-f.stopped
+	f.enc.Close()
+	f.pr.Close()
+	f.pw.Close()
 }
 
 // frameKey is the cast's frame key, nil in an unkeyed cast. It depends on
@@ -71,13 +137,6 @@ func (s *Server) frameKey() *stream.FrameKey {
 // returns the first error of either; a child that cannot be reached is
 // reported as down.
 func (src *source) run(ctx context.Context, skip int64, kids func() []*nodeState) error {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer pr.Close()
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- src.relay.Run(ctx) }()
 	var wg sync.WaitGroup
 	for _, n := range kids() {
 		wg.Add(1)
@@ -89,29 +148,25 @@ func (src *source) run(ctx context.Context, skip int64, kids func() []*nodeState
 		}()
 	}
 	wg.Wait()
-	if _, err := src.relay.SetUpstream(ctx, pr); err != nil {
-		pw.Close()
+	f := src.feed
+	encErr, err := f.start(ctx, src.s.cfg.MaxRate, skip, func(d imaging.Digest) { src.digest <- d })
+	if err != nil {
+		f.close()
 		return err
 	}
-	encErr := make(chan error, 1)
-	go func() {
-		err := encode(ctx, src.enc, pw, src.s.cfg.MaxRate, skip, &src.sent, src.relay.EndSeen, func(d imaging.Digest) { src.digest <- d })
-		src.ended.Store(err == nil)
-		pw.Close()
-		encErr <- err
-	}()
 	select {
 	case err := <-encErr:
 		if err != nil {
 			return err
 		}
-		return <-relayDone
-	case err := <-relayDone:
-		pw.Close()
-		if err == nil {
-			err = <-encErr
+		<-f.stopped
+		return f.err
+	case <-f.stopped:
+		f.pw.Close()
+		if f.err != nil {
+			return f.err
 		}
-		return err
+		return <-encErr
 	}
 }
 
@@ -153,13 +208,8 @@ func encode(ctx context.Context, enc *stream.Encoder, w io.Writer, rate float64,
 // from the relay's history, or from an encoder of its own when the
 // history no longer holds the child's position.
 func (src *source) attach(ctx context.Context, n *nodeState) error {
-	c, err := dial.Data(ctx, n.dataAddr, time.Now().Add(peerTimeout))
+	c, pos, err := src.connect(ctx, n)
 	if err != nil {
-		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
-	}
-	pos, err := stream.OpenStream(c, src.header, src.s.frameKey())
-	if err != nil {
-		c.Close()
 		return err
 	}
 	if err := src.relay.Attach(ctx, n.name, c, pos); err == nil {
@@ -170,55 +220,47 @@ func (src *source) attach(ctx context.Context, n *nodeState) error {
 	return src.attachSeparately(ctx, n)
 }
 
-// attachSeparately serves one child from a new encoder of the same stream,
-// which skips what the child has. It costs the source a second stream.
-func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
-	s := src.s
-	enc, err := stream.NewEncoder(s.img, s.cast, s.cfg.FrameSize, src.header.Encoding)
-	if err == nil {
-		enc.SetKey(src.s.frameKey())
-	}
-	if err != nil {
-		return err
-	}
-	relay, err := relay.New(relay.Config{NoLocalCopy: true})
-	if err != nil {
-		enc.Close()
-		return err
-	}
+// connect opens a data connection to n and learns from which byte of the
+// stream n needs it.
+func (src *source) connect(ctx context.Context, n *nodeState) (net.Conn, int64, error) {
 	c, err := dial.Data(ctx, n.dataAddr, time.Now().Add(peerTimeout))
 	if err != nil {
-		enc.Close()
-		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
+		return nil, 0, fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
 	pos, err := stream.OpenStream(c, src.header, src.s.frameKey())
 	if err != nil {
 		c.Close()
-		enc.Close()
+		return nil, 0, err
+	}
+	return c, pos, nil
+}
+
+// attachSeparately serves one child from a new encoder of the same stream,
+// which skips what the child has. It costs the source a second stream.
+func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
+	c, pos, err := src.connect(ctx, n)
+	if err != nil {
 		return err
 	}
-	pr, pw, err := os.Pipe()
+	f, err := src.s.newFeed(ctx, src.header.Encoding, relay.Config{NoLocalCopy: true})
 	if err != nil {
 		c.Close()
-		enc.Close()
 		return err
 	}
-	go relay.Run(ctx)
-	if _, err := relay.SetUpstream(ctx, pr); err != nil {
+	if err := f.relay.Attach(ctx, n.name, c, pos); err != nil {
+		c.Close()
+		f.close()
 		return err
 	}
-	if err := relay.Attach(ctx, n.name, c, pos); err != nil {
+	// What the child has is encoded again, not paced.
+	if _, err := f.start(ctx, src.s.cfg.MaxRate, pos, func(imaging.Digest) {}); err != nil {
+		f.close() // the relay closes c as it stops
 		return err
 	}
 	src.mu.Lock()
-	src.extras = append(src.extras, relay)
+	src.extras = append(src.extras, f)
 	src.mu.Unlock()
-	var sent atomic.Int64
-	go func() {
-		encode(ctx, enc, pw, s.cfg.MaxRate, pos, &sent, relay.EndSeen, func(imaging.Digest) {})
-		pw.Close()
-	}()
-	s.log.Info("serving a node from a stream of its own", "node", n.name, "pos", pos)
+	src.s.log.Info("serving a node from a stream of its own", "node", n.name, "pos", pos)
 	return nil
 }
 
@@ -226,9 +268,9 @@ func (src *source) attachSeparately(ctx context.Context, n *nodeState) error {
 func (src *source) detach(ctx context.Context, name string) {
 	src.relay.Detach(ctx, name)
 	src.mu.Lock()
-	extras := append([]*relay.Relay(nil), src.extras...)
+	extras := append([]*feed(nil), src.extras...)
 	src.mu.Unlock()
-	for _, r := range extras {
-		r.Detach(ctx, name)
+	for _, f := range extras {
+		f.relay.Detach(ctx, name)
 	}
 }
