@@ -20,8 +20,8 @@ func NewDecoder(enc Encoding, r io.Reader) (io.ReadCloser, error) {
 		return io.NopCloser(r), nil
 	case Zstd:
 		d, err := zstd.NewReader(r,
-			// One goroutine: more only adds hand-offs (about 25% more CPU per
-			// byte) for little speed, and nodes often share their cores.
+			// One goroutine: more only adds hand-offs (more CPU per byte)
+			// for little speed, and nodes often share their cores.
 			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderMaxWindow(MaxZstdWindow),
 			zstd.WithDecoderLowmem(true))
