@@ -1,6 +1,6 @@
 package capacity
 
-// dollyLimits models dolly's own data path; see README.md for the figures.
+// dollyLimits models dolly's own data path; docs/capacity-model.md derives it.
 func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) error {
 	if source {
 		return dollySourceLimits(h, r, out, st)

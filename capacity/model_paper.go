@@ -5,7 +5,7 @@ package capacity
 // source included, is N(1,o,1): one inbound stream, o outbound streams and
 // one disk transfer. For the source the inbound stream is the image read
 // from its store; that is how the paper's star predictions (Table I) come
-// out, see README.md.
+// out, see docs/capacity-model.md.
 //
 // Raw stream, per node:
 //
