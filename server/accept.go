@@ -65,7 +65,8 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn) {
 	s.signal()
 	defer s.signal()
 	w := control.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
-		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt}
+		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
+		MeasureTarget: s.confirmed()}
 	if err := c.Send(control.Message{Type: control.MsgWelcome, Welcome: &w}); err != nil {
 		s.lostNode(n, c, err)
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"dolly/capacity"
+	"dolly/dolly/castkey"
 	"dolly/dolly/node"
 	"dolly/imaging"
 	"dolly/internal/testimage"
@@ -71,7 +72,7 @@ func runCast(t *testing.T, cfg Config, targets []string, probe bool) castResult 
 			defer wg.Done()
 			_, res.nodeErrs[i] = node.Run(ctx, node.Config{
 				Server: addr, Target: tg, Name: fmt.Sprintf("pc%02d", i+1),
-				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: !probe,
+				DataListen: "127.0.0.1:0", JoinTimeout: 5 * time.Second, NoProbe: !probe, Key: cfg.Key,
 			})
 		}()
 	}
@@ -279,6 +280,47 @@ func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
 		if got, _ := testimage.SHA256(tg, size); got != want {
 			t.Errorf("target %d differs from the image", i+1)
 		}
+	}
+}
+
+// Before the plan the server measures the network: the source to every
+// node at once, then each node to the next, in keyed casts as well (the
+// probes prove the key like streams do). The model then has every link,
+// and the preview says they were measured.
+func TestCastMeasuresTheNetwork(t *testing.T) {
+	const size = 6 << 20
+	imgs, want := images(t, size)
+	key, err := castkey.ParseKey(string(castkey.NewKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		key  castkey.Key
+	}{{"unkeyed", nil}, {"keyed", key}} {
+		t.Run(tt.name, func(t *testing.T) {
+			targets := oldDisks(t, 3, size)
+			r := castProbed(t, Config{Image: imgs[imaging.Raw], NetProbe: 200 * time.Millisecond, Key: tt.key}, targets)
+			if r.err != nil {
+				t.Fatalf("cast: %v\n%s", r.err, r.out)
+			}
+			for _, want := range []string{"measuring the network", "links measured in", "to 3 nodes at once", "capacity model: predicted rate"} {
+				if !strings.Contains(r.out, want) {
+					t.Errorf("output lacks %q:\n%s", want, r.out)
+				}
+			}
+			if strings.Contains(r.out, "probes failed") || strings.Contains(r.out, "link speed unknown") {
+				t.Errorf("a link went unmeasured:\n%s", r.out)
+			}
+			if !r.sum.Plan.Modeled {
+				t.Errorf("the model could not judge the plans with every link measured:\n%s", r.out)
+			}
+			for i, tg := range targets {
+				if got, _ := testimage.SHA256(tg, size); got != want {
+					t.Errorf("target %d differs from the image", i+1)
+				}
+			}
+		})
 	}
 }
 

@@ -75,6 +75,11 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 		s.post(castEvent{kind: evAttachFailed, node: n, child: m.Peer.Name, reason: m.Reason})
 	case control.MsgChildLost:
 		s.post(castEvent{kind: evChildLost, node: n, child: m.Peer.Name, reason: m.Reason})
+	case control.MsgNetResult:
+		if s.netResults != nil {
+			s.netResults.report(*m.NetResult)
+		}
+		return
 	default:
 		return
 	}

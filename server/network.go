@@ -16,7 +16,7 @@ import (
 // choose asks the capacity model for the plan, from the nodes' probes and
 // the source's (and the topology file, if any). When the model cannot judge,
 // the operator's shape (or a chain) runs with the image as stored.
-func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
+func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures) Choice {
 	select {
 	case <-s.probed:
 	case <-ctx.Done():
@@ -25,7 +25,7 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
 	for _, n := range ready {
 		names = append(names, n.name)
 	}
-	net, notes := s.network(ready)
+	net, notes := s.network(ready, figs)
 	opt := Options(s.profile, s.cfg.FrameSize)
 	if f := DecodeFactor(s.profile); f != 1 {
 		ScaleDecode(&net, opt.Compression.Codec, f)
@@ -44,20 +44,21 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState) Choice {
 
 // network describes the cast's hosts for the model: the topology file's
 // network (its hosts that joined, filled in from their probes) or one switch.
-func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
+func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network, []string) {
 	var notes []string
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
 		if _, speed, err := probe.NICSpeed(ip); err == nil {
 			src.NICBytesPerSec = speed
-		} else {
+		} else if figs.sourceLink() <= 0 {
 			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
 		}
 	}
+	withMeasuredLink(&src, figs.sourceLink())
 	probes := []capacity.Probe{src}
 	machines := map[string]int{}
-	var unprobed, noLink []string
+	var unprobed, noLink, noDisk []string
 	machineOf := []string{""}
 	if len(ready) > 0 {
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
@@ -66,6 +67,7 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 	for _, n := range ready {
 		machineOf = append(machineOf, n.machine)
 		p := probeFor(n.name, n.probe)
+		withMeasuredLink(&p, figs.link(n.name))
 		probes = append(probes, p)
 		switch {
 		case n.probe == nil:
@@ -73,13 +75,26 @@ func (s *Server) network(ready []*nodeState) (capacity.Network, []string) {
 		case p.NICBytesPerSec <= 0:
 			noLink = append(noLink, n.name)
 		}
+		if n.probe != nil && p.DiskWriteBytesPerSec <= 0 {
+			noDisk = append(noDisk, n.name)
+		}
 		machines[n.machine]++
+	}
+	if figs.took > 0 {
+		notes = append(notes, figs.describe(ready))
 	}
 	if len(unprobed) > 0 {
 		notes = append(notes, fmt.Sprintf("no probe from %s: their figures are not modelled", listNames(unprobed)))
 	}
 	if len(noLink) > 0 {
-		notes = append(notes, fmt.Sprintf("link speed unknown for %s (loopback or a virtual NIC): not modelled", listNames(noLink)))
+		notes = append(notes, fmt.Sprintf("link speed unknown for %s (no NIC speed, no bandwidth probe): not modelled", listNames(noLink)))
+	}
+	if len(noDisk) > 0 {
+		why := "their probes could not measure it"
+		if !s.confirmed() {
+			why = "nothing is written to a target before you confirm"
+		}
+		notes = append(notes, fmt.Sprintf("disk write rate not measured on %s (%s): assumed to keep up", listNames(noDisk), why))
 	}
 	if len(machines) < len(ready) {
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out their CPU and memory", len(ready), plural(len(machines), "machine")))
@@ -229,5 +244,19 @@ func ScaleDecode(net *capacity.Network, codec string, f float64) {
 			scaled[codec] = v * f
 			net.Hosts[i].Resources.CPU.Decompress = scaled
 		}
+	}
+}
+
+// withMeasuredLink lowers a probe's link speed to what a bandwidth probe
+// measured, when that is less: a NIC's speed is only a ceiling. The
+// measured rate is TCP payload; the model takes a link's line rate and its
+// payload share of it, so the rate is scaled up by that share.
+func withMeasuredLink(p *capacity.Probe, measured float64) {
+	if measured <= 0 {
+		return
+	}
+	line := measured / capacity.TCPEthernetEfficiency
+	if p.NICBytesPerSec <= 0 || line < p.NICBytesPerSec {
+		p.NICBytesPerSec = line
 	}
 }

@@ -36,9 +36,13 @@ type Config struct {
 	// NoProbe skips measuring this machine (the model then lacks the
 	// source's figures).
 	NoProbe bool
-	Nodes   int    // start once this many nodes have joined (0: ask on a terminal)
-	Target  string // default target for nodes that name none
-	Listen  string // control address, host:port
+	// NetProbe is how long each bandwidth probe of the network runs before
+	// the plan (the source to all nodes, then each node to the next); 0
+	// skips them, and the model then knows links only by their NICs.
+	NetProbe time.Duration
+	Nodes    int    // start once this many nodes have joined (0: ask on a terminal)
+	Target   string // default target for nodes that name none
+	Listen   string // control address, host:port
 
 	MaxRate   float64 // source sending rate limit in bytes/s (0: none)
 	FrameSize int
@@ -145,10 +149,13 @@ type Server struct {
 	resume *control.Resume
 
 	// The cast as it runs.
-	events    chan castEvent
-	src       *source
-	tree      *castTree    // who sends the stream to whom
-	castNodes []*nodeState // every node of the cast
+	events chan castEvent
+	src    *source
+	tree   *castTree // who sends the stream to whom
+	// netResults collects bandwidth probe reports while the network is
+	// measured; nil otherwise.
+	netResults *netWaiter
+	castNodes  []*nodeState // every node of the cast
 }
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The
@@ -236,13 +243,20 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			return s.summary(sum), err
 		}
 	} else {
-		choice = s.choose(ctx, ready)
+		var figs netFigures
+		var notes []string
+		if s.cfg.NetProbe > 0 {
+			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
+			figs, notes = s.measureNetwork(ctx, ready)
+		}
+		choice = s.choose(ctx, ready, figs)
+		choice.Notes = append(notes, choice.Notes...)
 	}
 	sum.Plan = choice
 	plan := s.bind(choice, ready)
 	printPreview(s.cfg.Out, choice)
 	s.printPlan(plan, choice)
-	if !s.cfg.Yes && s.cfg.Interactive {
+	if !s.confirmed() {
 		ok, err := s.confirm(ready)
 		if err != nil || !ok {
 			s.abortAll("cancelled by the operator")
@@ -341,3 +355,9 @@ func (s *Server) closeAll() {
 		n.conn.Close()
 	}
 }
+
+// confirmed reports whether the admin has agreed in advance to overwrite
+// the targets: with -yes, or by starting the server where nobody can be
+// asked. Only then may nodes write to a target before the cast (their
+// probe of its write rate writes back what it read).
+func (s *Server) confirmed() bool { return s.cfg.Yes || !s.cfg.Interactive }

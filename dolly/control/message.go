@@ -43,6 +43,11 @@ const (
 	MsgAttachFailed MsgType = "attach-failed" // node → server: could not serve that child
 	MsgChildLost    MsgType = "child-lost"    // node → server: a child's connection failed
 	MsgPing         MsgType = "ping"          // server → node: I am here
+
+	// Before the plan, the server measures the network with bandwidth
+	// probes (see dolly/probe).
+	MsgNetProbe  MsgType = "net-probe"  // server → node: send this probe to that node
+	MsgNetResult MsgType = "net-result" // node → server: what I received of a probe, or why I could not send it
 )
 
 // Message is one control message; the field matching Type is set.
@@ -57,6 +62,9 @@ type Message struct {
 	Result   *Result   `json:"result,omitempty"`
 	// Peer is the child of an attach, detach, attach-failed or child-lost.
 	Peer *Peer `json:"peer,omitempty"`
+	// NetProbe and NetResult are a bandwidth probe's order and outcome.
+	NetProbe  *NetProbe  `json:"net_probe,omitempty"`
+	NetResult *NetResult `json:"net_result,omitempty"`
 	// Auth is the challenge or the proof of a keyed cast's handshake.
 	Auth *Auth `json:"auth,omitempty"`
 	// Reason explains a reject, fail, abort, attach-failed or child-lost.
@@ -110,6 +118,10 @@ type Welcome struct {
 	// Encrypted says frames are encrypted as well as authenticated (in a
 	// keyed cast; the welcome of one travels authenticated).
 	Encrypted bool `json:"encrypted,omitempty"`
+	// MeasureTarget lets the node measure its target's write rate (which
+	// writes back what it read): the admin has said yes in advance. Without
+	// it nothing is written to a target before the cast.
+	MeasureTarget bool `json:"measure_target,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to
@@ -165,6 +177,25 @@ type Result struct {
 	After string `json:"after,omitempty"`
 }
 
+// NetProbe tells a node to send a bandwidth probe to another node's data
+// listener: for Seconds, and no more than Bytes.
+type NetProbe struct {
+	ID      uint64  `json:"id"`
+	To      string  `json:"to"` // the receiver's data address
+	Seconds float64 `json:"seconds"`
+	Bytes   int64   `json:"bytes"`
+}
+
+// NetResult is what a node received of probe ID (Bytes, and Rate in bytes
+// per second over its steady part), or, from its sender, why it could not
+// be sent (Error).
+type NetResult struct {
+	ID    uint64  `json:"id"`
+	Bytes int64   `json:"bytes,omitempty"`
+	Rate  float64 `json:"rate,omitempty"`
+	Error string  `json:"error,omitempty"`
+}
+
 // validate checks that the body matching the type is present.
 func (m *Message) validate() error {
 	missing := false
@@ -185,6 +216,10 @@ func (m *Message) validate() error {
 		missing = m.Result == nil
 	case MsgAttach, MsgDetach, MsgAttachFailed, MsgChildLost:
 		missing = m.Peer == nil
+	case MsgNetProbe:
+		missing = m.NetProbe == nil
+	case MsgNetResult:
+		missing = m.NetResult == nil
 	case MsgChallenge, MsgProof:
 		missing = m.Auth == nil
 	case MsgReject, MsgFail, MsgAbort, MsgPing:

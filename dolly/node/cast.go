@@ -34,6 +34,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	}
 	n.relay = r
 	n.ctl.resumable.Store(true)
+	close(n.casting) // upstreams may come in
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	defer stopRelay()
 	relayDone := make(chan error, 1)
@@ -44,8 +45,6 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 			close(drained)
 		}
 	}()
-	firstHeader := make(chan stream.StreamHeader, 1)
-	go n.acceptUpstreams(relayCtx, firstHeader)
 	received := make(chan receipt, 1)
 	stopProgress := n.reportProgress()
 	defer stopProgress()
@@ -56,7 +55,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	relayEnded := false
 	for !relayEnded || verdict == nil && diskErr == nil {
 		select {
-		case h := <-firstHeader:
+		case h := <-n.firstHeader:
 			go n.receive(h, received)
 		case ev := <-n.ctl.events:
 			v, err := n.onControl(ctx, ev)

@@ -37,6 +37,7 @@ func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, erro
 	if n.cfg.Key != nil {
 		n.frameKey = stream.NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
 	}
+	go n.acceptData(ctx)
 	ready, err := n.checkTarget(ctx, c.LocalAddr())
 	if err != nil {
 		return nil, err
@@ -45,14 +46,19 @@ func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, erro
 		return nil, err
 	}
 	go n.ctl.run(ctx)
-	m, err = n.ctl.next(ctx)
-	if err != nil {
-		return nil, err
+	for {
+		m, err = n.ctl.next(ctx)
+		switch {
+		case err != nil:
+			return nil, err
+		case m.Type == control.MsgNetProbe:
+			go n.sendProbe(ctx, *m.NetProbe)
+		case m.Type == control.MsgAssign:
+			return m.Assign, nil
+		default:
+			return nil, fmt.Errorf("waiting for the cast: unexpected %s message", m.Type)
+		}
 	}
-	if m.Type != control.MsgAssign {
-		return nil, fmt.Errorf("waiting for the cast: unexpected %s message", m.Type)
-	}
-	return m.Assign, nil
 }
 
 // checkTarget resolves the target and checks that the image fits and that
@@ -86,7 +92,11 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 		if a, ok := local.(*net.TCPAddr); ok {
 			localIP = a.IP
 		}
-		p := probe.Run(ctx, probe.Config{Name: n.cfg.Name, Target: n.target, LocalIP: localIP, Buffered: n.cfg.Buffered})
+		cfg := probe.Config{Name: n.cfg.Name, LocalIP: localIP, Buffered: n.cfg.Buffered}
+		if n.welcome.MeasureTarget {
+			cfg.Target = n.target
+		}
+		p := probe.Run(ctx, cfg)
 		for _, note := range p.Notes {
 			n.log.Info("probe", "note", note)
 		}

@@ -111,13 +111,17 @@ type node struct {
 	// the stream starts flowing.
 	initial []control.Peer
 
+	// casting is closed once the cast is on: the relay takes upstreams.
+	casting chan struct{}
 	// The stream's header, from the first upstream; headerSet is closed
-	// once it is known. mu also guards tg.
-	mu        sync.Mutex
-	header    *stream.StreamHeader
-	headerSet chan struct{}
-	upstreams upstreamOrder
-	tg        *imaging.Target // the opened target, closed when the node ends
+	// once it is known, and firstHeader hands it to the cast loop. mu also
+	// guards tg.
+	mu          sync.Mutex
+	header      *stream.StreamHeader
+	headerSet   chan struct{}
+	firstHeader chan stream.StreamHeader
+	upstreams   upstreamOrder
+	tg          *imaging.Target // the opened target, closed when the node ends
 
 	out outcome
 }
@@ -149,7 +153,8 @@ func (o *outcome) get() (done bool, d imaging.Digest) {
 // has, reconnects, and goes on with the server it finds.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	n := &node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), headerSet: make(chan struct{})}
+	n := &node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), casting: make(chan struct{}),
+		headerSet: make(chan struct{}), firstHeader: make(chan stream.StreamHeader, 1)}
 	ln, err := net.Listen("tcp", cfg.DataListen)
 	if err != nil {
 		return Result{}, fmt.Errorf("data listener on %s: %w", cfg.DataListen, err)

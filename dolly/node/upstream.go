@@ -73,10 +73,9 @@ func (n *node) streamHeader(ctx context.Context) (stream.StreamHeader, error) {
 	return *n.header, nil
 }
 
-// acceptUpstreams takes every data connection that opens with this cast's
-// stream header, makes it the relay's upstream and answers the position to
-// go on from. The first one's header is handed to the caller.
-func (n *node) acceptUpstreams(ctx context.Context, first chan<- stream.StreamHeader) {
+// acceptData takes every data connection from the moment the node has
+// joined: bandwidth probes before the plan, upstreams once the cast is on.
+func (n *node) acceptData(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { n.ln.Close() })
 	defer stop()
 	for seq := uint64(1); ; seq++ {
@@ -84,28 +83,46 @@ func (n *node) acceptUpstreams(ctx context.Context, first chan<- stream.StreamHe
 		if err != nil {
 			return
 		}
-		go n.takeUpstream(ctx, c, seq, first)
+		go n.takeData(ctx, c, seq)
 	}
 }
 
-// takeUpstream makes c, the seq-th data connection accepted, the relay's
-// upstream once its handshake is through. Handshakes run side by side and
-// end in any order: an upstream that was taken out of the cast (its
-// connection accepted, its handshake slow) must not displace the one the
-// server gave next, so a connection never replaces one accepted after it.
-func (n *node) takeUpstream(ctx context.Context, c net.Conn, seq uint64, first chan<- stream.StreamHeader) {
+// takeData runs the handshake of c, the seq-th data connection accepted,
+// and hands it on: a probe is counted, an upstream waits for the cast.
+func (n *node) takeData(ctx context.Context, c net.Conn, seq uint64) {
 	// A node that is going away must not leave its upstream waiting for
 	// the handshake's timeout.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	in, err := stream.AcceptStream(c)
-	isFirst := false
 	if err == nil {
 		err = in.Verify(n.frameKey)
 	}
-	if err == nil {
-		isFirst, err = n.checkHeader(in.Header, first)
+	if err != nil {
+		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
 	}
+	if in.Probe != 0 {
+		n.receiveProbe(c, in.Probe)
+		return
+	}
+	select {
+	case <-n.casting:
+	case <-ctx.Done():
+		c.Close()
+		return
+	}
+	n.takeUpstream(ctx, c, in, seq)
+}
+
+// takeUpstream makes c, the seq-th data connection accepted, the relay's
+// upstream. Handshakes run side by side and end in any order: an upstream
+// that was taken out of the cast (its connection accepted, its handshake
+// slow) must not displace the one the server gave next, so a connection
+// never replaces one accepted after it.
+func (n *node) takeUpstream(ctx context.Context, c net.Conn, in *stream.Incoming, seq uint64) {
+	isFirst, err := n.checkHeader(in.Header)
 	if err != nil {
 		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
 		c.Close()
@@ -160,7 +177,7 @@ const initialAttachWait = 3 * time.Second
 
 // checkHeader accepts a header of this cast and this stream; the first one
 // defines the stream.
-func (n *node) checkHeader(h stream.StreamHeader, first chan<- stream.StreamHeader) (isFirst bool, err error) {
+func (n *node) checkHeader(h stream.StreamHeader) (isFirst bool, err error) {
 	if h.Cast != n.welcome.Cast {
 		return false, fmt.Errorf("stream of another cast (%s)", h.Cast)
 	}
@@ -172,7 +189,7 @@ func (n *node) checkHeader(h stream.StreamHeader, first chan<- stream.StreamHead
 		}
 		n.header = &h
 		close(n.headerSet)
-		first <- h
+		n.firstHeader <- h
 		return true, nil
 	}
 	if h != *n.header {

@@ -51,3 +51,14 @@ func MachineCPU() time.Duration {
 	const userHZ = 100 // the unit of /proc/stat on every Linux architecture dolly builds for
 	return time.Duration(busy) * time.Second / userHZ
 }
+
+// ProcessCPU is this process's own CPU time, user and system: what its
+// threads cost, including the kernel's work done on their behalf, and not
+// what other processes on the machine (other nodes on a shared host) cost.
+func ProcessCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

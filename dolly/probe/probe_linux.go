@@ -74,18 +74,18 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			return diskProbe{}, fmt.Errorf("reading %s: %w", path, err)
 		}
 		unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
-		t, c := time.Now(), MachineCPU()
+		t, c := time.Now(), ProcessCPU()
 		if _, err := out.WriteAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("writing %s: %w", path, err)
 		}
-		spent, cpu = spent+time.Since(t), cpu+MachineCPU()-c
+		spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c
 		wrote += probeBlock
 	}
-	t, c := time.Now(), MachineCPU()
+	t, c := time.Now(), ProcessCPU()
 	if err := out.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	spent, cpu = spent+time.Since(t), cpu+MachineCPU()-c
+	spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
 	if outDirect {
 		how += " with O_DIRECT"
@@ -114,7 +114,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	buf := imaging.AlignedBuffer(probeBlock)
 	StandardSample(buf, 3)
 	var wrote int64
-	start, c := time.Now(), MachineCPU()
+	start, c := time.Now(), ProcessCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
 			return diskProbe{}, err
@@ -124,7 +124,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, MachineCPU()-c),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, ProcessCPU()-c),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", units.FormatBytes(wrote), dir)}, nil
 }
 
@@ -173,9 +173,10 @@ func openDirect(path string, flags int) (*os.File, bool, error) {
 
 // probeNetStream measures what one TCP stream costs the CPU: it sends buf
 // repeatedly over loopback to a receiver that splices it away, as a relay
-// does, and counts the machine's CPU time. Loopback does both ends' kernel
-// work on this machine, so the time, less one copy into the socket, covers
-// two streams (a send and a receive).
+// does, and counts this process's CPU time (other nodes on the machine do
+// not count). Loopback does both ends' kernel work in this process, so the
+// time, less one copy into the socket, covers two streams (a send and a
+// receive).
 func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -197,7 +198,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	var sent int64
-	start, c0 := time.Now(), MachineCPU()
+	start, c0 := time.Now(), ProcessCPU()
 	for time.Since(start) < budget || sent < 64<<20 {
 		n, err := c.Write(buf)
 		sent += int64(n)
@@ -212,7 +213,7 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 		return 0, err
 	}
 	c.Close()
-	cpu := (MachineCPU() - c0).Seconds()
+	cpu := (ProcessCPU() - c0).Seconds()
 	if copyRate > 0 {
 		cpu -= float64(sent) / copyRate
 	}

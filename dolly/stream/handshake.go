@@ -1,8 +1,10 @@
 package stream
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +26,10 @@ import (
 // the source) it is given next. In an unkeyed cast the proofs are made
 // without a key: they then only catch a peer that is not a dolly of this
 // cast.
+
+// A bandwidth probe opens a data connection the same way, but sends a probe
+// preamble (its magic and a probe ID) in place of the stream header, then
+// bytes to count, and the child answers nothing: see OpenProbe.
 
 // handshakeTimeout bounds each side's wait for the other's half.
 const handshakeTimeout = 30 * time.Second
@@ -59,9 +65,36 @@ func OpenStream(c net.Conn, h StreamHeader, key *FrameKey) (int64, error) {
 	return pos, nil
 }
 
+// probeMagic opens a bandwidth probe's preamble where a stream header
+// would be.
+var probeMagic = [8]byte{'D', 'O', 'L', 'L', 'Y', 'P', 'R', 'B'}
+
+// OpenProbe opens a bandwidth probe with ID id on c, a new connection to a
+// node's data listener: once it returns, what is written to c is counted
+// and thrown away by the node.
+func OpenProbe(c net.Conn, id uint64, key *FrameKey) error {
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	childNonce := make([]byte, castkey.NonceLen)
+	if _, err := io.ReadFull(c, childNonce); err != nil {
+		return fmt.Errorf("reading the node's nonce: %w", err)
+	}
+	pre := make([]byte, StreamHeaderLen)
+	copy(pre, probeMagic[:])
+	binary.LittleEndian.PutUint64(pre[8:], id)
+	nonce := castkey.NewNonce()
+	msg := append(append(pre, nonce...), key.dataProof("probe", childNonce, nonce, pre)...)
+	if _, err := c.Write(msg); err != nil {
+		return fmt.Errorf("opening the probe: %w", err)
+	}
+	return nil
+}
+
 // Incoming is the upstream's half of a handshake a child has received.
 type Incoming struct {
 	c net.Conn
+	// Probe is the ID of a bandwidth probe (OpenProbe); 0 for a stream.
+	Probe uint64
 	// Header is the stream header the upstream sent; Verify checks it.
 	Header        StreamHeader
 	header        []byte
@@ -70,7 +103,7 @@ type Incoming struct {
 }
 
 // AcceptStream sends a child's nonce on c and reads the upstream's header
-// and proof, which Verify checks.
+// (or a probe's preamble) and proof, which Verify checks.
 func AcceptStream(c net.Conn) (*Incoming, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer c.SetDeadline(time.Time{})
@@ -82,17 +115,30 @@ func AcceptStream(c net.Conn) (*Incoming, error) {
 	if _, err := io.ReadFull(c, b); err != nil {
 		return nil, err
 	}
-	h, err := ParseStreamHeader(b[:StreamHeaderLen])
+	in.header = b[:StreamHeaderLen]
+	in.theirs, in.proof = b[StreamHeaderLen:StreamHeaderLen+castkey.NonceLen], b[StreamHeaderLen+castkey.NonceLen:]
+	if bytes.HasPrefix(b, probeMagic[:]) {
+		if in.Probe = binary.LittleEndian.Uint64(b[8:]); in.Probe == 0 {
+			return nil, errors.New("probe without an ID")
+		}
+		return in, nil
+	}
+	h, err := ParseStreamHeader(in.header)
 	if err != nil {
 		return nil, err
 	}
-	in.Header, in.header = h, b[:StreamHeaderLen]
-	in.theirs, in.proof = b[StreamHeaderLen:StreamHeaderLen+castkey.NonceLen], b[StreamHeaderLen+castkey.NonceLen:]
+	in.Header = h
 	return in, nil
 }
 
 // Verify checks the upstream's proof and the header's protection.
 func (in *Incoming) Verify(key *FrameKey) error {
+	if in.Probe != 0 {
+		if !hmac.Equal(in.proof, key.dataProof("probe", in.nonce, in.theirs, in.header)) {
+			return fmt.Errorf("the prober does not prove the cast key: %w", castkey.ErrAuth)
+		}
+		return nil
+	}
 	if !hmac.Equal(in.proof, key.dataProof("upstream", in.nonce, in.theirs, in.header)) {
 		return fmt.Errorf("the upstream does not prove the cast key: %w", castkey.ErrAuth)
 	}

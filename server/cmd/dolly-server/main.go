@@ -101,6 +101,7 @@ func run() int {
 	keyFile := fs.String("key", "", "cast key file (dolly key -o FILE): only nodes holding it join, every frame is authenticated")
 	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
+	netProbe := fs.Duration("net-probe", time.Second, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	bootf := addBootFlags(fs)
 	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
@@ -154,6 +155,7 @@ func run() int {
 		Compress:      comp,
 		Topology:      topo,
 		NoProbe:       *noProbe,
+		NetProbe:      *netProbe,
 		FrameSize:     int(fsz),
 		JoinTimeout:   *joinTimeout,
 		NodeTimeout:   *nodeTimeout,

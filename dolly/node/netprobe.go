@@ -1,0 +1,50 @@
+package node
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"dolly/dolly/control"
+	"dolly/dolly/dial"
+	"dolly/dolly/probe"
+	"dolly/dolly/stream"
+)
+
+// Bandwidth probes before the plan (see dolly/probe): the server tells a
+// node to send to another, and the receiver reports what it counted.
+
+const (
+	// maxProbeTime bounds a probe the server asks for, whatever it asks.
+	maxProbeTime = 10 * time.Second
+	// probeReceiveLimit bounds how long a node counts one probe.
+	probeReceiveLimit = 2 * maxProbeTime
+)
+
+// sendProbe sends probe p and tells the server if it could not.
+func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
+	d := min(time.Duration(p.Seconds*float64(time.Second)), maxProbeTime)
+	err := func() error {
+		c, err := dial.Data(ctx, p.To, time.Now().Add(d+time.Second))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := stream.OpenProbe(c, p.ID, n.frameKey); err != nil {
+			return err
+		}
+		_, err = probe.SendFor(ctx, c, d, p.Bytes)
+		return err
+	}()
+	if err != nil {
+		n.log.Warn("bandwidth probe not sent", "to", p.To, "err", err)
+		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: p.ID, Error: err.Error()}})
+	}
+}
+
+// receiveProbe counts probe id arriving on c and reports it.
+func (n *node) receiveProbe(c net.Conn, id uint64) {
+	defer c.Close()
+	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
+	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate}})
+}

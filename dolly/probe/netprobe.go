@@ -1,0 +1,109 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"time"
+)
+
+// Bandwidth probes measure the network as a plan would load it: a sender
+// writes to a receiver for a short while, every sender of a pattern at
+// once (the server to every node, as a star does; each node to the next,
+// as a chain does), and each receiver counts what arrived. A link's speed
+// as the NIC reports it is only a ceiling: a switch, a shaper or a shared
+// uplink may allow less, and only traffic tells.
+
+// Received is what a receiver counted of one probe.
+type Received struct {
+	Bytes int64
+	// Rate is bytes per second over the probe's steady part: the first
+	// quarter of its time (TCP's slow start, a shaper's burst) is left
+	// out. 0 when too little arrived to tell.
+	Rate float64
+}
+
+// SendFor writes to c until d has passed or limit bytes are out, or ctx
+// ends, then half-closes c. It returns the bytes written.
+func SendFor(ctx context.Context, c net.Conn, d time.Duration, limit int64) (int64, error) {
+	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetWriteDeadline(time.Now().Add(d))
+	defer c.SetWriteDeadline(time.Time{})
+	buf := make([]byte, 256<<10)
+	var sent int64
+	for sent < limit {
+		n, err := c.Write(buf[:min(int64(len(buf)), limit-sent)])
+		sent += int64(n)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			return sent, err
+		}
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	return sent, nil
+}
+
+// Receive reads c until the sender closes it, or deadline, and returns
+// what it counted.
+func Receive(c net.Conn, deadline time.Time) Received {
+	c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 256<<10)
+	var m meter
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			m.add(time.Now(), int64(n))
+		}
+		if err != nil {
+			break
+		}
+	}
+	return m.received()
+}
+
+// meter keeps the running count of a probe's bytes over time.
+type meter struct {
+	at    []time.Time
+	total []int64
+}
+
+func (m *meter) add(t time.Time, n int64) {
+	var sum int64
+	if len(m.total) > 0 {
+		sum = m.total[len(m.total)-1]
+	}
+	m.at, m.total = append(m.at, t), append(m.total, sum+n)
+}
+
+// steadyAfter is the share of a probe's time its rate leaves out.
+const steadyAfter = 0.25
+
+func (m *meter) received() Received {
+	if len(m.at) == 0 {
+		return Received{}
+	}
+	last := len(m.at) - 1
+	r := Received{Bytes: m.total[last]}
+	first, end := m.at[0], m.at[last]
+	from := first.Add(time.Duration(float64(end.Sub(first)) * steadyAfter))
+	i := 0
+	for i < last && m.at[i].Before(from) {
+		i++
+	}
+	// The bytes counted at sample i arrived before it: the rate runs from
+	// the sample before.
+	if i == 0 || i >= last {
+		return r
+	}
+	if span := end.Sub(m.at[i-1]).Seconds(); span > 0 {
+		r.Rate = float64(m.total[last]-m.total[i-1]) / span
+	}
+	return r
+}

@@ -1,0 +1,106 @@
+package probe
+
+import (
+	"math"
+	"net"
+	"testing"
+	"time"
+)
+
+// The rate leaves out the probe's start: a slow start, then a steady
+// 10 MB/s, reads as 10 MB/s.
+func TestMeterSteadyRate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name  string
+		build func(m *meter)
+		want  float64
+	}{
+		{"steady", func(m *meter) {
+			for i := range 101 {
+				m.add(t0.Add(time.Duration(i)*10*time.Millisecond), 100_000)
+			}
+		}, 10e6},
+		{"slow start", func(m *meter) {
+			at := t0
+			for range 10 { // 100 ms at 1 MB/s
+				m.add(at, 10_000)
+				at = at.Add(10 * time.Millisecond)
+			}
+			for range 100 { // 1 s at 10 MB/s
+				m.add(at, 100_000)
+				at = at.Add(10 * time.Millisecond)
+			}
+		}, 10e6},
+		{"one read", func(m *meter) { m.add(t0, 5000) }, 0},
+		{"nothing", func(m *meter) {}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m meter
+			tt.build(&m)
+			got := m.received()
+			if tt.want == 0 && got.Rate != 0 || tt.want > 0 && math.Abs(got.Rate-tt.want)/tt.want > 0.02 {
+				t.Fatalf("rate %.0f B/s, want %.0f", got.Rate, tt.want)
+			}
+		})
+	}
+}
+
+// What SendFor writes, Receive counts, and the time bound holds.
+func TestSendForAndReceive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan Received, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- Received{}
+			return
+		}
+		defer c.Close()
+		got <- Receive(c, time.Now().Add(10*time.Second))
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	sent, err := SendFor(t.Context(), c, 200*time.Millisecond, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("sending for 200ms took %v", took)
+	}
+	r := <-got
+	if r.Bytes != sent || sent == 0 {
+		t.Fatalf("sent %d bytes, received %d", sent, r.Bytes)
+	}
+	if r.Rate <= 0 {
+		t.Fatalf("no rate from %d bytes", r.Bytes)
+	}
+	// The byte bound holds too.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			got <- Receive(c, time.Now().Add(10*time.Second))
+		}
+	}()
+	if sent, err := SendFor(t.Context(), c2, time.Minute, 3<<20); err != nil || sent != 3<<20 {
+		t.Fatalf("SendFor bounded at 3 MiB sent %d, %v", sent, err)
+	}
+	if r := <-got; r.Bytes != 3<<20 {
+		t.Fatalf("received %d, want %d", r.Bytes, 3<<20)
+	}
+}

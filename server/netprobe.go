@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"dolly/dolly/control"
+	"dolly/dolly/dial"
+	"dolly/dolly/probe"
+	"dolly/dolly/stream"
+)
+
+// The network is measured before the plan, with bandwidth probes that load
+// the links the way plans do: the source sends to every node at once (a
+// star), then every node sends to the next at once, the last to the first
+// (a ring, which loads each link in both directions as a chain does). A
+// NIC's reported speed is only a ceiling; a node whose probe failed has no
+// measured link, and the model is told so.
+
+// netProbeBytes bounds one probe stream, so that on fast links a probe is
+// bounded by bytes before its time.
+const netProbeBytes = 256 << 20
+
+// netFigures is what the probes measured, per node in bytes per second.
+type netFigures struct {
+	star   map[string]float64 // each node's share while the source sent to all
+	ringIn map[string]float64 // what each node received from the one before it
+	ringUp map[string]float64 // what the next node received from it
+	took   time.Duration
+}
+
+// link is the node's measured link rate: the faster of its two ring
+// directions (a slow neighbour holds one of them back, not the node), or
+// its star share when there was no ring. 0 when nothing was measured.
+func (f netFigures) link(name string) float64 {
+	if r := max(f.ringIn[name], f.ringUp[name]); r > 0 {
+		return r
+	}
+	return f.star[name]
+}
+
+// sourceLink is what the source sent in all while it sent to every node.
+func (f netFigures) sourceLink() float64 {
+	var sum float64
+	for _, r := range f.star {
+		sum += r
+	}
+	return sum
+}
+
+// netWaiter collects the nodes' reports of the probes they received.
+type netWaiter struct {
+	mu      sync.Mutex
+	results map[uint64]control.NetResult
+	changed chan struct{}
+}
+
+func newNetWaiter() *netWaiter {
+	return &netWaiter{results: map[uint64]control.NetResult{}, changed: make(chan struct{}, 1)}
+}
+
+func (w *netWaiter) report(r control.NetResult) {
+	w.mu.Lock()
+	if _, seen := w.results[r.ID]; !seen || r.Error == "" {
+		w.results[r.ID] = r
+	}
+	w.mu.Unlock()
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the reports of ids that came before deadline.
+func (w *netWaiter) wait(ctx context.Context, ids []uint64, deadline time.Time) map[uint64]control.NetResult {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		got := map[uint64]control.NetResult{}
+		for _, id := range ids {
+			if r, ok := w.results[id]; ok {
+				got[id] = r
+			}
+		}
+		w.mu.Unlock()
+		if len(got) == len(ids) {
+			return got
+		}
+		select {
+		case <-w.changed:
+		case <-t.C:
+			return got
+		case <-ctx.Done():
+			return got
+		}
+	}
+}
+
+// measureNetwork runs the star and the ring over the ready nodes, each for
+// s.cfg.NetProbe.
+func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFigures, []string) {
+	start := time.Now()
+	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}}
+	var notes []string
+	d := s.cfg.NetProbe
+	w := newNetWaiter()
+	s.mu.Lock()
+	s.netResults = w
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.netResults = nil
+		s.mu.Unlock()
+	}()
+	id := uint64(time.Now().UnixNano()) // unique for this server's probes
+
+	// The star: the source to every node at once.
+	var ids []uint64
+	var wg sync.WaitGroup
+	for _, n := range ready {
+		id++
+		ids = append(ids, id)
+		wg.Add(1)
+		go func(id uint64) {
+			defer wg.Done()
+			if err := s.sendProbe(ctx, n.dataAddr, id, d); err != nil {
+				w.report(control.NetResult{ID: id, Error: err.Error()})
+			}
+		}(id)
+	}
+	wg.Wait()
+	got := w.wait(ctx, ids, time.Now().Add(d+2*time.Second))
+	var failed []string
+	for i, n := range ready {
+		r, ok := got[ids[i]]
+		switch {
+		case !ok:
+			failed = append(failed, n.name+": no report")
+		case r.Error != "":
+			failed = append(failed, n.name+": "+r.Error)
+		default:
+			f.star[n.name] = r.Rate
+		}
+	}
+
+	// The ring: every node to the next at once.
+	if len(ready) > 1 {
+		ids = ids[:0]
+		for i, n := range ready {
+			next := ready[(i+1)%len(ready)]
+			id++
+			ids = append(ids, id)
+			p := control.NetProbe{ID: id, To: next.dataAddr, Seconds: d.Seconds(), Bytes: netProbeBytes}
+			if err := n.conn.Send(control.Message{Type: control.MsgNetProbe, NetProbe: &p}); err != nil {
+				w.report(control.NetResult{ID: id, Error: err.Error()})
+			}
+		}
+		got := w.wait(ctx, ids, time.Now().Add(d+3*time.Second))
+		for i, n := range ready {
+			next := ready[(i+1)%len(ready)]
+			r, ok := got[ids[i]]
+			switch {
+			case !ok:
+				failed = append(failed, fmt.Sprintf("%s to %s: no report", n.name, next.name))
+			case r.Error != "":
+				failed = append(failed, fmt.Sprintf("%s to %s: %s", n.name, next.name, r.Error))
+			default:
+				f.ringUp[n.name], f.ringIn[next.name] = r.Rate, r.Rate
+			}
+		}
+	}
+	f.took = time.Since(start)
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		notes = append(notes, "bandwidth probes failed: "+listNames(failed))
+	}
+	return f, notes
+}
+
+// sendProbe sends one bandwidth probe from the source to addr.
+func (s *Server) sendProbe(ctx context.Context, addr string, id uint64, d time.Duration) error {
+	c, err := dial.Data(ctx, addr, time.Now().Add(d+time.Second))
+	if err != nil {
+		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", addr, err)
+	}
+	defer c.Close()
+	if err := stream.OpenProbe(c, id, s.frameKey()); err != nil {
+		return err
+	}
+	_, err = probe.SendFor(ctx, c, d, netProbeBytes)
+	return err
+}
+
+// describe says what the probes measured, for the preview.
+func (f netFigures) describe(ready []*nodeState) string {
+	lo, hi := 0.0, 0.0
+	for _, n := range ready {
+		r := f.link(n.name)
+		if r <= 0 {
+			continue
+		}
+		if lo == 0 || r < lo {
+			lo = r
+		}
+		hi = max(hi, r)
+	}
+	return fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
+		formatDuration(f.took), mbps(f.sourceLink()), plural(len(ready), "node"), mbps(lo), mbps(hi))
+}

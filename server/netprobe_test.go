@@ -1,0 +1,58 @@
+package server
+
+import (
+	"testing"
+
+	"dolly/capacity"
+)
+
+// A node's link is the faster of its ring directions: a slow neighbour
+// holds back one of them, not the node itself. Without a ring, its share
+// of the star is all that is known.
+func TestNetFiguresLink(t *testing.T) {
+	f := netFigures{
+		star:   map[string]float64{"pc1": 4e6, "pc2": 4e6, "pc3": 4e6, "solo": 3e6},
+		ringIn: map[string]float64{"pc1": 1.2e6, "pc2": 11e6, "pc3": 1.2e6},
+		ringUp: map[string]float64{"pc1": 11e6, "pc2": 1.2e6, "pc3": 1.2e6},
+	}
+	for _, tt := range []struct {
+		name string
+		want float64
+	}{
+		{"pc1", 11e6}, // its upstream neighbour pc3 is slow
+		{"pc2", 11e6}, // its downstream neighbour pc3 is slow
+		{"pc3", 1.2e6},
+		{"solo", 3e6},
+		{"absent", 0},
+	} {
+		if got := f.link(tt.name); got != tt.want {
+			t.Errorf("link(%s) = %.0f, want %.0f", tt.name, got, tt.want)
+		}
+	}
+	if got := f.sourceLink(); got != 15e6 {
+		t.Errorf("sourceLink = %.0f, want the star's sum 15e6", got)
+	}
+}
+
+// A measured rate lowers a link the NIC reports faster, never raises one,
+// and fills in one the NIC does not report; the model gets the line rate
+// whose TCP payload is the measured rate.
+func TestWithMeasuredLink(t *testing.T) {
+	eff := capacity.TCPEthernetEfficiency
+	for _, tt := range []struct {
+		name          string
+		nic, measured float64
+		want          float64
+	}{
+		{"shaped below the NIC", 125e6, 11.8e6, 11.8e6 / eff},
+		{"the NIC is the ceiling", 12.5e6, 100e6, 12.5e6},
+		{"no NIC speed", 0, 11.8e6, 11.8e6 / eff},
+		{"nothing measured", 125e6, 0, 125e6},
+	} {
+		p := capacity.Probe{NICBytesPerSec: tt.nic}
+		withMeasuredLink(&p, tt.measured)
+		if p.NICBytesPerSec != tt.want {
+			t.Errorf("%s: link %.0f, want %.0f", tt.name, p.NICBytesPerSec, tt.want)
+		}
+	}
+}
