@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,13 @@ func startLabCast(ctx context.Context, t *testing.T, l *Lab, bin, dir, img strin
 	t.Helper()
 	c := &labCast{t: t, l: l, dir: dir, bin: bin, report: filepath.Join(dir, "report.json")}
 	addr := l.Server.IP.String() + ":9700"
-	args := append([]string{"-image", img, "-chain", "-nodes", fmt.Sprint(len(l.Nodes)), "-yes", "-listen", addr,
-		"-report", c.report, "-progress-interval", "2s"}, serverArgs...)
+	// A chain unless the test names a plan.
+	shape := []string{"-chain"}
+	if slices.ContainsFunc(serverArgs, func(a string) bool { return slices.Contains([]string{"-auto", "-star", "-tree"}, a) }) {
+		shape = nil
+	}
+	args := append(append([]string{"-image", img, "-nodes", fmt.Sprint(len(l.Nodes)), "-yes", "-listen", addr,
+		"-report", c.report, "-progress-interval", "2s"}, shape...), serverArgs...)
 	c.server = c.start(ctx, l.Server, "server", filepath.Join(bin, "dolly-server"), args...)
 	for _, h := range l.Nodes {
 		disk, err := l.Disk(ctx, h.Name, size+(1<<20), 0xFF)
