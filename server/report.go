@@ -27,6 +27,9 @@ type ReportPlan struct {
 	Nodes         int     `json:"nodes"`
 	Modeled       bool    `json:"modeled"`
 	PredictedMBps float64 `json:"predicted_mbps,omitempty"`
+	// MeasuredMBps is the image over the time the slowest verified node
+	// took: what the prediction is held against.
+	MeasuredMBps float64 `json:"measured_mbps,omitempty"`
 	ETASeconds    float64 `json:"eta_seconds,omitempty"`
 	Bottleneck    string  `json:"bottleneck,omitempty"`
 }
@@ -74,6 +77,7 @@ func NewReport(sum Summary) Report {
 			r.Plan.ETASeconds = sum.Plan.Result.ETA.Seconds()
 			r.Plan.Bottleneck = sum.Plan.Result.Bottleneck
 		}
+		r.Plan.MeasuredMBps = sum.MeasuredRate() / 1e6
 	}
 	for _, n := range sum.Nodes {
 		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified}

@@ -92,6 +92,36 @@ func (s *Server) printSummary(sum Summary) {
 		}
 		row(n.Name, n.Target, t, rate, result)
 	}
+	if line := predictedAgainstMeasured(sum); line != "" {
+		fmt.Fprintln(out, line)
+	}
+}
+
+// MeasuredRate is the cast's rate as the lab saw it: the image over the
+// time the slowest verified node took; 0 when none was verified.
+func (sum Summary) MeasuredRate() float64 {
+	var slowest time.Duration
+	for _, n := range sum.Nodes {
+		if n.Verified && n.Elapsed > slowest {
+			slowest = n.Elapsed
+		}
+	}
+	if slowest <= 0 {
+		return 0
+	}
+	return float64(sum.Size) / slowest.Seconds()
+}
+
+// predictedAgainstMeasured sets the model's prediction beside the cast's
+// measured rate and says what bound the plan.
+func predictedAgainstMeasured(sum Summary) string {
+	got := sum.MeasuredRate()
+	if !sum.Plan.Modeled || sum.Plan.Result.Rate <= 0 || got <= 0 {
+		return ""
+	}
+	want := sum.Plan.Result.Rate
+	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node; %+.0f%%); the model's bottleneck: %s",
+		mbps(want), mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck)
 }
 
 func shortDigest(d imaging.Digest) string {

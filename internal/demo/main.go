@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"dolly/internal/sampleimage"
 	"dolly/internal/testimage"
+	"dolly/server"
 )
 
 func main() {
@@ -76,8 +78,9 @@ func run() error {
 	ln.Close()
 
 	fmt.Printf("demo: dolly-server -image nt.img %s -nodes %d -yes, and %d nodes on 127.0.0.1\n\n", *topo, *nodes, *nodes)
+	report := filepath.Join(dir, "report.json")
 	server := exec.CommandContext(ctx, filepath.Join(*bin, "dolly-server"), "-image", img, *topo,
-		"-nodes", fmt.Sprint(*nodes), "-yes", "-listen", addr, "-progress-interval", "2s")
+		"-nodes", fmt.Sprint(*nodes), "-yes", "-listen", addr, "-progress-interval", "2s", "-report", report)
 	server.Stdout, server.Stderr, server.Stdin = os.Stdout, os.Stderr, os.Stdin
 	if err := server.Start(); err != nil {
 		return err
@@ -128,7 +131,29 @@ func run() error {
 		}
 		return errors.New("the demo cast failed")
 	}
+	r, err := readReport(report)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("demo: %d of %d targets hold the image byte for byte (sha256 %.16s…), %s in all; cleaned up %s\n",
 		ok, len(targets), want, time.Since(start).Round(100*time.Millisecond), dir)
+	if r.Plan.PredictedMBps > 0 {
+		fmt.Printf("demo: predicted %.1f MB/s, measured %.1f MB/s\n", r.Plan.PredictedMBps, r.Plan.MeasuredMBps)
+	} else {
+		fmt.Println("demo: the model made no prediction for this cast")
+	}
 	return nil
+}
+
+// readReport reads the report dolly-server wrote.
+func readReport(path string) (server.Report, error) {
+	var r server.Report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("dolly-server's report: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("dolly-server's report: %w", err)
+	}
+	return r, nil
 }
