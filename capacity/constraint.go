@@ -23,6 +23,8 @@ const (
 	// Streams counts the hosts, Coef sums their demands.
 	MachineCPULimit    ConstraintKind = "machine-cpu"
 	MachineMemoryLimit ConstraintKind = "machine-memory"
+	// The one disk the hosts of a machine write to (Machine.SharedDisk).
+	MachineDiskLimit ConstraintKind = "machine-disk"
 )
 
 // Flow is what a vertex of the logical tree does, as its node model counts

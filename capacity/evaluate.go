@@ -303,7 +303,7 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		m := machines[h.Machine]
 		if m == nil {
 			mc := f.net.Machines[h.Machine]
-			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire()}
+			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -354,6 +354,8 @@ type sharedMachine struct {
 	cast              float64 // CPU per raw byte, once for the cast
 	cpu, cpuCap       float64
 	memory, memoryCap float64
+	sharedDisk        bool
+	disk, diskCap     float64
 }
 
 func (m *sharedMachine) add(cs []Constraint) {
@@ -366,6 +368,11 @@ func (m *sharedMachine) add(cs []Constraint) {
 		case MemoryLimit:
 			m.memory += c.Coef
 			m.memoryCap = max(m.memoryCap, c.Cap)
+		case DiskLimit:
+			if !c.Flow.Source { // the source reads its image store, not the targets' disk
+				m.disk += c.Coef
+				m.diskCap = max(m.diskCap, c.Cap)
+			}
 		}
 	}
 }
@@ -382,6 +389,9 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 	}
 	if m.memory > 0 && m.memoryCap > 0 {
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
+	}
+	if m.sharedDisk && m.disk > 0 && m.diskCap > 0 {
+		dst = append(dst, Constraint{Kind: MachineDiskLimit, Subject: name, Streams: m.hosts, Coef: m.disk, Cap: m.diskCap})
 	}
 	return dst
 }

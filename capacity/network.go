@@ -54,6 +54,10 @@ type Machine struct {
 	// another's wake-ups), which no host's probe sees and which does not
 	// grow with the chain.
 	CastCost float64
+	// SharedDisk says the machine's hosts write to one disk (targets that
+	// are files on one file system, say), so their writes add up against
+	// its rate: each host's figure is the disk's alone.
+	SharedDisk bool
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.

@@ -66,7 +66,7 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn) {
 	defer s.signal()
 	w := control.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
-		MeasureTarget: s.confirmed()}
+		MeasureTarget: s.confirmed(), Probe: n.probes}
 	if err := c.Send(control.Message{Type: control.MsgWelcome, Welcome: &w}); err != nil {
 		s.lostNode(n, c, err)
 		return

@@ -173,6 +173,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			}
 		}
 	}
+	f.settle(ready)
 	f.took = time.Since(start)
 	if len(failed) > 0 {
 		slices.Sort(failed)
@@ -210,4 +211,36 @@ func (f netFigures) describe(ready []*nodeState) string {
 	}
 	return fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
 		formatDuration(f.took), mbps(f.sourceLink()), plural(len(ready), "node"), mbps(lo), mbps(hi))
+}
+
+// settleBand is how far a node's measured link may lie from the lab's
+// median and still count as the same kind of link, measured with noise.
+const settleBand = 0.25
+
+// settle gives the median to the ring rates that lie within settleBand of
+// it: links of one kind then look alike to the planner, which otherwise
+// orders a chain by noise, and only a link clearly apart stands out.
+func (f netFigures) settle(ready []*nodeState) {
+	var rates []float64
+	for _, n := range ready {
+		if r := f.link(n.name); r > 0 {
+			rates = append(rates, r)
+		}
+	}
+	if len(rates) < 2 {
+		return
+	}
+	slices.Sort(rates)
+	median := rates[len(rates)/2]
+	near := func(r float64) bool { return r > 0 && r >= (1-settleBand)*median && r <= (1+settleBand)*median }
+	for _, n := range ready {
+		if near(f.link(n.name)) {
+			if near(f.ringIn[n.name]) || f.ringIn[n.name] > median {
+				f.ringIn[n.name] = median
+			}
+			if near(f.ringUp[n.name]) || f.ringUp[n.name] > median {
+				f.ringUp[n.name] = median
+			}
+		}
+	}
 }

@@ -56,3 +56,25 @@ func TestWithMeasuredLink(t *testing.T) {
 		}
 	}
 }
+
+// Links of one kind measured with noise settle on their median, so the
+// planner does not order a chain by noise; a link clearly apart keeps its
+// rate.
+func TestNetFiguresSettle(t *testing.T) {
+	ready := []*nodeState{{name: "pc1"}, {name: "pc2"}, {name: "pc3"}, {name: "pc4"}}
+	f := netFigures{
+		star:   map[string]float64{},
+		// pc4 is slow: what it sends and what pc3 sends it crawl.
+		ringUp: map[string]float64{"pc1": 10e6, "pc2": 11e6, "pc3": 1.2e6, "pc4": 1.2e6},
+		ringIn: map[string]float64{"pc2": 10e6, "pc3": 11e6, "pc4": 1.2e6, "pc1": 1.2e6},
+	}
+	f.settle(ready)
+	for _, tt := range []struct {
+		name string
+		want float64
+	}{{"pc1", 11e6}, {"pc2", 11e6}, {"pc3", 11e6}, {"pc4", 1.2e6}} {
+		if got := f.link(tt.name); got != tt.want {
+			t.Errorf("link(%s) = %.0f after settling, want %.0f", tt.name, got, tt.want)
+		}
+	}
+}

@@ -64,18 +64,30 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
 		machineOf[0] = machineKey(probe.MACs(), ip.String())
 	}
+	// One node measured each machine (see enroll); the others on it share
+	// its figures.
+	measured := map[string]*capacity.Probe{}
+	for _, n := range ready {
+		if n.probe != nil && measured[n.machine] == nil {
+			measured[n.machine] = n.probe
+		}
+	}
 	for _, n := range ready {
 		machineOf = append(machineOf, n.machine)
-		p := probeFor(n.name, n.probe)
+		own := n.probe
+		if own == nil {
+			own = measured[n.machine]
+		}
+		p := probeFor(n.name, own)
 		withMeasuredLink(&p, figs.link(n.name))
 		probes = append(probes, p)
 		switch {
-		case n.probe == nil:
+		case own == nil:
 			unprobed = append(unprobed, n.name)
 		case p.NICBytesPerSec <= 0:
 			noLink = append(noLink, n.name)
 		}
-		if n.probe != nil && p.DiskWriteBytesPerSec <= 0 {
+		if own != nil && p.DiskWriteBytesPerSec <= 0 {
 			noDisk = append(noDisk, n.name)
 		}
 		machines[n.machine]++
@@ -97,7 +109,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		notes = append(notes, fmt.Sprintf("disk write rate not measured on %s (%s): assumed to keep up", listNames(noDisk), why))
 	}
 	if len(machines) < len(ready) {
-		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out their CPU and memory", len(ready), plural(len(machines), "machine")))
+		notes = append(notes, fmt.Sprintf("%d nodes run on %s, one of each measured it alone: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
 	if t := s.cfg.Topology; t != nil {
 		net, err := fromTopology(t, probes)
@@ -110,12 +122,41 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	net := capacity.SingleSwitch(probes[0], probes[1:])
 	net.LinkEfficiency = capacity.TCPEthernetEfficiency
 	shareMachines(net.Hosts, machineOf)
+	shareFileDisks(&net, ready)
 	return net, notes
 }
 
+// shareFileDisks marks the machines whose nodes all write files: those
+// land on one file system, whose disk their writes share.
+func shareFileDisks(net *capacity.Network, ready []*nodeState) {
+	files := map[string]bool{}
+	for i, n := range ready {
+		m := net.Hosts[i+1].Machine
+		if m == "" {
+			continue
+		}
+		if _, seen := files[m]; !seen {
+			files[m] = true
+		}
+		files[m] = files[m] && !n.block
+	}
+	for m, shared := range files {
+		if !shared {
+			continue
+		}
+		if net.Machines == nil {
+			net.Machines = map[string]capacity.Machine{}
+		}
+		mc := net.Machines[m]
+		mc.SharedDisk = true
+		net.Machines[m] = mc
+	}
+}
+
 // mergeMachineProbes gives every probe of one machine the best CPU and
-// memory figures any of them measured: nodes on one machine probe at the
-// same time and slow each other down, but the hardware is the same.
+// memory figures any of them measured: the source's probe and a node's on
+// one machine may run at the same time and slow each other down, but the
+// hardware is the same.
 func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 	best := map[string]capacity.Probe{}
 	for i, p := range probes {

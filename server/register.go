@@ -62,6 +62,9 @@ func (s *Server) enroll(c *control.Conn, h *control.Hello, dataAddr, host, what 
 	}
 	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: dataAddr, target: h.Target, conn: c, status: stJoined,
 		machine: machineKey(h.MACs, host)}
+	// One node measures each machine, alone: nodes that share a machine
+	// and measured it at once would each see a fraction of it.
+	n.probes = !slices.ContainsFunc(s.nodes, func(m *nodeState) bool { return m.machine == n.machine && m.probes })
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
 	s.printRoll(what, n)

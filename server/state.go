@@ -40,6 +40,7 @@ type nodeState struct {
 	block      bool
 	probe      *capacity.Probe // what the node measured, if it did
 	machine    string          // tells nodes on one machine apart from the rest
+	probes     bool            // it measures its machine for the others on it
 	conn       *control.Conn
 
 	status status

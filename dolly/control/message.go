@@ -122,6 +122,10 @@ type Welcome struct {
 	// writes back what it read): the admin has said yes in advance. Without
 	// it nothing is written to a target before the cast.
 	MeasureTarget bool `json:"measure_target,omitempty"`
+	// Probe asks the node to measure its machine for the capacity model:
+	// the first node of each machine does, and the others of that machine
+	// share its figures, as they share its hardware.
+	Probe bool `json:"probe,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

@@ -52,7 +52,7 @@ func newFailCast(t *testing.T, nodes int, extra ...string) *failCast {
 		c.targets = append(c.targets, p)
 	}
 	c.args = append([]string{"-image", c.img, "-chain", "-nodes", fmt.Sprint(nodes), "-listen", c.addr,
-		"-max-rate", failRate, "-progress-interval", "1s", "-report", c.report, "-no-probe"}, extra...)
+		"-max-rate", failRate, "-progress-interval", "1s", "-report", c.report, "-no-probe", "-net-probe", "0"}, extra...)
 	return c
 }
 
