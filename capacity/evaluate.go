@@ -355,6 +355,7 @@ type sharedMachine struct {
 	cpu, cpuCap       float64
 	memory, memoryCap float64
 	sharedDisk        bool
+	writers           int // hosts that write a target to the shared disk
 	disk, diskCap     float64
 }
 
@@ -370,6 +371,7 @@ func (m *sharedMachine) add(cs []Constraint) {
 			m.memoryCap = max(m.memoryCap, c.Cap)
 		case DiskLimit:
 			if !c.Flow.Source { // the source reads its image store, not the targets' disk
+				m.writers++
 				m.disk += c.Coef
 				m.diskCap = max(m.diskCap, c.Cap)
 			}
@@ -390,8 +392,8 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 	if m.memory > 0 && m.memoryCap > 0 {
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
 	}
-	if m.sharedDisk && m.disk > 0 && m.diskCap > 0 {
-		dst = append(dst, Constraint{Kind: MachineDiskLimit, Subject: name, Streams: m.hosts, Coef: m.disk, Cap: m.diskCap})
+	if m.sharedDisk && m.writers > 1 && m.disk > 0 && m.diskCap > 0 {
+		dst = append(dst, Constraint{Kind: MachineDiskLimit, Subject: name, Streams: m.writers, Coef: m.disk, Cap: m.diskCap})
 	}
 	return dst
 }

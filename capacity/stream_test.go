@@ -222,3 +222,29 @@ func TestParseMachines(t *testing.T) {
 		t.Fatalf("machine %+v, want %+v", got, want)
 	}
 }
+
+// Hosts of a machine that write to one disk share its rate: with
+// SharedDisk the chain of n runs at the disk's rate over n; without, each
+// host has the disk to itself. The source's image read is not a target's
+// write and does not count against it.
+func TestMachineSharedDisk(t *testing.T) {
+	res := Resources{Model: ModelDolly, Cores: 64, Disk: 300 * MB, CPU: CPURates{Net: 100e3 * MB, Copy: 100e3 * MB, Digest: 100e3 * MB}}
+	for _, tt := range []struct {
+		nodes  int
+		shared bool
+		want   float64
+	}{{1, true, 300 * MB}, {4, false, 300 * MB}, {4, true, 75 * MB}, {6, true, 50 * MB}} {
+		net := oneSwitch(tt.nodes, 125e3*MB, res)
+		for i := range net.Hosts {
+			net.Hosts[i].Machine = "box"
+		}
+		net.Machines = map[string]Machine{"box": {SharedDisk: tt.shared}}
+		r := mustEvaluate(t, net, Chain(tt.nodes), Compression{})
+		if !near(r.Rate, tt.want) {
+			t.Errorf("%d nodes, shared disk %v: %.1f MB/s, want %.1f", tt.nodes, tt.shared, r.Rate/MB, tt.want/MB)
+		}
+		if got := has(r, MachineDiskLimit, "box"); got != (tt.shared && tt.nodes > 1) {
+			t.Errorf("%d nodes, shared disk %v: machine disk limit %v", tt.nodes, tt.shared, got)
+		}
+	}
+}
