@@ -63,7 +63,7 @@ func TestWithMeasuredLink(t *testing.T) {
 func TestNetFiguresSettle(t *testing.T) {
 	ready := []*nodeState{{name: "pc1"}, {name: "pc2"}, {name: "pc3"}, {name: "pc4"}}
 	f := netFigures{
-		star:   map[string]float64{},
+		star: map[string]float64{},
 		// pc4 is slow: what it sends and what pc3 sends it crawl.
 		ringUp: map[string]float64{"pc1": 10e6, "pc2": 11e6, "pc3": 1.2e6, "pc4": 1.2e6},
 		ringIn: map[string]float64{"pc2": 10e6, "pc3": 11e6, "pc4": 1.2e6, "pc1": 1.2e6},

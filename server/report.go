@@ -30,8 +30,8 @@ type ReportPlan struct {
 	// MeasuredMBps is the image over the time the slowest verified node
 	// took: what the prediction is held against.
 	MeasuredMBps float64 `json:"measured_mbps,omitempty"`
-	ETASeconds    float64 `json:"eta_seconds,omitempty"`
-	Bottleneck    string  `json:"bottleneck,omitempty"`
+	ETASeconds   float64 `json:"eta_seconds,omitempty"`
+	Bottleneck   string  `json:"bottleneck,omitempty"`
 }
 
 // ReportNode is one node's outcome.
