@@ -108,15 +108,7 @@ func TestChainSurvivesALinkCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := testimage.SHA256(img, -1)
-	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
-	for i := range nodes {
-		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
-	}
-	l, err := New(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newShapedLab(ctx, t, dir, nodes, mbit)
 	// Nobody probes: a probe costs a second a node and predicts nothing
 	// this test checks.
 	serverArgs := []string{"-node-timeout", detection.String(), "-no-probe"}

@@ -439,26 +439,17 @@ const TCPEfficiency = 1448.0 / 1514.0
 // run on this one machine and share its CPU and memory.
 const Machine = "lab"
 
-// MachineCosts are what the lab's hosts cost the machine beyond their own
-// figures, as a topology file gives them (see capacity.Machine).
-type MachineCosts struct {
-	Contention   float64 `json:"contention"`      // share more per byte for each other host
-	CastCPUPerGB float64 `json:"cast_cpu_per_gb"` // CPU-seconds per GB sent, once per cast
-}
-
-// Topology describes the lab for dolly's capacity model: switches, trunks,
-// every host with its shaped link, all on one machine. With a probe, every
-// host carries it (they are one machine, measured once); without, a cast
-// fills the hosts in from the nodes' own probes. costs are the machine's
-// own, zero when not measured.
-func (l *Lab) Topology(spec Spec, probe any, costs MachineCosts) ([]byte, error) {
+// Topology describes the lab's shape for dolly's capacity model, as an
+// admin would of a real lab: switches, trunks, every host with its link
+// speed, all on one machine. It carries no measured figure: a cast fills
+// the hosts in from the nodes' own probes.
+func (l *Lab) Topology(spec Spec) ([]byte, error) {
 	type host struct {
 		Name    string `json:"name"`
 		Switch  string `json:"switch"`
 		Link    string `json:"link,omitempty"`
 		Role    string `json:"role,omitempty"`
 		Machine string `json:"machine"`
-		Probe   any    `json:"probe,omitempty"`
 	}
 	type link struct {
 		A        string `json:"a"`
@@ -469,16 +460,12 @@ func (l *Lab) Topology(spec Spec, probe any, costs MachineCosts) ([]byte, error)
 		Name string `json:"name"`
 	}
 	file := struct {
-		Name           string                  `json:"name"`
-		Switches       []sw                    `json:"switches"`
-		Links          []link                  `json:"links,omitempty"`
-		Hosts          []host                  `json:"hosts"`
-		Machines       map[string]MachineCosts `json:"machines,omitempty"`
-		LinkEfficiency float64                 `json:"link_efficiency"`
+		Name           string  `json:"name"`
+		Switches       []sw    `json:"switches"`
+		Links          []link  `json:"links,omitempty"`
+		Hosts          []host  `json:"hosts"`
+		LinkEfficiency float64 `json:"link_efficiency"`
 	}{Name: "emulated lab", LinkEfficiency: TCPEfficiency}
-	if costs != (MachineCosts{}) {
-		file.Machines = map[string]MachineCosts{Machine: costs}
-	}
 	switches := spec.Switches
 	if len(switches) == 0 {
 		switches = []string{"sw1"}
@@ -490,7 +477,7 @@ func (l *Lab) Topology(spec Spec, probe any, costs MachineCosts) ([]byte, error)
 		file.Links = append(file.Links, link{A: t.A, B: t.B, Capacity: mbitRate(t.Mbit)})
 	}
 	for i, h := range append([]*Host{l.Server}, l.Nodes...) {
-		hf := host{Name: h.Name, Switch: h.Switch, Link: mbitRate(h.Mbit), Machine: Machine, Probe: probe}
+		hf := host{Name: h.Name, Switch: h.Switch, Link: mbitRate(h.Mbit), Machine: Machine}
 		if i == 0 {
 			hf.Name, hf.Role = "dolly-server", "source"
 		}

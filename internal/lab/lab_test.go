@@ -106,15 +106,7 @@ func TestChainOverShapedLinks(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	const nodes, mbit = 4, 100.0
-	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
-	for i := range nodes {
-		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
-	}
-	l, err := New(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newShapedLab(ctx, t, dir, nodes, mbit)
 
 	img := filepath.Join(dir, "nt.img")
 	const size = 48 << 20
@@ -125,19 +117,7 @@ func TestChainOverShapedLinks(t *testing.T) {
 	// Raw: the test image compresses a little, and the model may well
 	// choose to send it compressed, which would beat the links' rate.
 	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-compress", "no"}, nil)
-	for i, p := range c.nodes {
-		if err := p.Wait(); err != nil {
-			t.Fatalf("node %s: %v\n%s\nserver:\n%s", l.Nodes[i].Name, err, c.log(l.Nodes[i].Name), c.log("server"))
-		}
-	}
-	if err := c.server.Wait(); err != nil {
-		t.Fatalf("dolly-server: %v\n%s", err, c.log("server"))
-	}
-	for i, d := range c.disks {
-		if got, err := testimage.SHA256(d, size); err != nil || got != want {
-			t.Errorf("%s on %s: sha256 %.12s (%v), image %.12s", l.Nodes[i].Name, d, got, err, want)
-		}
-	}
+	c.waitVerified(size, want)
 	r := c.readReport()
 	if r.Verified != nodes || r.Plan.Topology != "chain" || r.Plan.Compression != "none" {
 		t.Fatalf("report: %d verified, plan %+v", r.Verified, r.Plan)
@@ -164,15 +144,7 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	const nodes, mbit = 4, 100.0
-	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
-	for i := range nodes {
-		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
-	}
-	l, err := New(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := newShapedLab(ctx, t, dir, nodes, mbit)
 	img := filepath.Join(dir, "nt.img")
 	const size = 64 << 20
 	if err := testimage.Write(img, size, 5, testimage.Typical); err != nil {
@@ -180,19 +152,7 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 	}
 	want, _ := testimage.SHA256(img, -1)
 	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-auto"}, nil)
-	for i, p := range c.nodes {
-		if err := p.Wait(); err != nil {
-			t.Fatalf("node %s: %v\n%s\nserver:\n%s", l.Nodes[i].Name, err, c.log(l.Nodes[i].Name), c.log("server"))
-		}
-	}
-	if err := c.server.Wait(); err != nil {
-		t.Fatalf("dolly-server: %v\n%s", err, c.log("server"))
-	}
-	for i, d := range c.disks {
-		if got, err := testimage.SHA256(d, size); err != nil || got != want {
-			t.Errorf("%s on %s: sha256 %.12s (%v), image %.12s", l.Nodes[i].Name, d, got, err, want)
-		}
-	}
+	c.waitVerified(size, want)
 	r := c.readReport()
 	if r.Verified != nodes || r.Plan.Topology != "chain" || !r.Plan.Modeled {
 		t.Fatalf("report: %d verified, plan %+v\nserver:\n%s", r.Verified, r.Plan, c.log("server"))
@@ -210,6 +170,42 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 		t.Errorf("predicted %.2f MB/s, the nodes got %.2f on average\nserver:\n%s", r.Plan.PredictedMBps, mean, c.log("server"))
 	}
 	t.Logf("-auto over %v Mbit/s: %s %s; %s", mbit, r.Plan.Topology, r.Plan.Compression, describeRates(r))
+}
+
+// newShapedLab is a lab of a server and n nodes, every link shaped to
+// mbit, closed when the test ends.
+func newShapedLab(ctx context.Context, t *testing.T, dir string, n int, mbit float64) *Lab {
+	t.Helper()
+	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
+	for i := range n {
+		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
+	}
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// waitVerified waits for every process of the cast to exit 0 and checks
+// each node's disk against the image's first size bytes, whose sha256 is
+// want.
+func (c *labCast) waitVerified(size int64, want string) {
+	c.t.Helper()
+	for i, p := range c.nodes {
+		if err := p.Wait(); err != nil {
+			c.t.Fatalf("node %s: %v\n%s\nserver:\n%s", c.l.Nodes[i].Name, err, c.log(c.l.Nodes[i].Name), c.log("server"))
+		}
+	}
+	if err := c.server.Wait(); err != nil {
+		c.t.Fatalf("dolly-server: %v\n%s", err, c.log("server"))
+	}
+	for i, d := range c.disks {
+		if got, err := testimage.SHA256(d, size); err != nil || got != want {
+			c.t.Errorf("%s on %s: sha256 %.12s (%v), image %.12s", c.l.Nodes[i].Name, d, got, err, want)
+		}
+	}
 }
 
 func describeRates(r server.Report) string {

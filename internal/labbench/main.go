@@ -154,9 +154,8 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	// Each node has a disk per image. A lab disk is a loop device over a
 	// sparse file, and a node zeroes an image's zero runs with BLKZEROOUT,
 	// which leaves unwritten extents where another image keeps its data:
-	// the zstd chain of 24 cast at 35 MB/s after a star of the tiny image,
-	// against 47 in the calibration before it. A PC's own disk has no such
-	// memory of the previous image.
+	// a cast right after another image's could run a quarter slower. A
+	// PC's own disk has no such memory of the previous image.
 	env := &labEnv{lab: l, opts: o, disks: map[string][]string{}}
 	for _, name := range g.images() {
 		img := images[name]
@@ -171,67 +170,11 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 			return nil, err
 		}
 	}
-	// The probe writes to scratch disks of its own, so that its random
-	// data does not change the images' disks.
-	var scratch []string
-	for _, h := range l.Nodes[:min(4, len(l.Nodes))] {
-		d, err := l.Disk(ctx, h.Name+"-scratch", scratchSize, 0)
-		if err != nil {
-			return nil, err
-		}
-		scratch = append(scratch, d)
-	}
-	probe, err := calibrate(ctx, l, o.bin, scratch)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Printf("labbench: lab probed: write path %.0f MB/s, TCP stream %.0f MB/s, copy %.0f MB/s, zstd decode %.0f MB/s per core\n",
-		probe.DiskWriteCPUBytesPerSec/1e6, probe.NetStreamBytesPerSec/1e6, probe.MemcpyBytesPerSec/1e6, probe.DecompressBytesPerSec["zstd"]/1e6)
-	topo, err := l.Topology(spec, probe, lab.MachineCosts{})
-	if err != nil {
-		return nil, err
-	}
-	topoFile := filepath.Join(o.work, fmt.Sprintf("lab-%vmbit.json", g.mbit))
-	if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
-		return nil, err
-	}
-	env.topology = topoFile
+	// Every cast runs as a user's does: the nodes and the server measure
+	// themselves and the network, and no topology file describes the lab.
 	reps := 3 // casts on a shared machine vary by ±10%: see castsFor
 	if o.quick {
 		reps = 1
-	}
-	if len(l.Nodes) >= 2 {
-		// All of the lab, and half of it for the relay's pair: the costs
-		// of the larger casts, where the machine's CPU limits the rate.
-		img, hi := images[g.mainImage()], len(l.Nodes)
-		lo := max(1, hi/2)
-		fits := []costFit{relayFit}
-		if slices.ContainsFunc(g.runs, func(r runSpec) bool { return r.method == "dolly" && r.compression == "zstd" }) {
-			fits = append(fits, decodeFit)
-		}
-		fitted, costs, err := fitCosts(ctx, env, spec, probe, fits, g.mbit, img, lo, hi, reps)
-		if err != nil {
-			// The runs still tell what they measure; only the model keeps
-			// the quiet machine's figure for what could not be fitted.
-			fmt.Printf("labbench: warning: calibration by casts: %v\n", err)
-		}
-		for _, fit := range fits {
-			casts := fmt.Sprintf("%d nodes", hi)
-			if fit.pair && lo < hi {
-				casts = fmt.Sprintf("%d and %d nodes", lo, hi)
-			}
-			fmt.Printf("labbench: casts of %s of the %s image: %.0f MB/s per core per %s (probed alone: %.0f)\n",
-				casts, img.name, fit.get(fitted)/1e6, fit.what, fit.get(probe)/1e6)
-		}
-		fmt.Printf("labbench: machine: %.2f CPU-s per GB sent, once per cast; each host costs %.1f%% more per byte for every other host of the cast\n",
-			costs.CastCPUPerGB, costs.Contention*100)
-		probe = fitted
-		if topo, err = l.Topology(spec, probe, costs); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(topoFile, topo, 0o644); err != nil {
-			return nil, err
-		}
 	}
 	var results []result
 	for _, r := range g.runs {
@@ -256,8 +199,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 // warmUp casts img to every node's disk for it once, untimed: the first
 // write to each block of a lab disk allocates it in the machine's file
 // system, which costs CPU that a PC's own disk does not, so a group's first
-// casts ran up to a third slower than its later ones and skewed the
-// calibration that follows.
+// casts ran slower than its later ones.
 func warmUp(ctx context.Context, env *labEnv, mbit float64, img image) error {
 	n := len(env.lab.Nodes)
 	fmt.Printf("labbench: warming the disks up: a chain of %d casts the %s image…\n", n, img.name)

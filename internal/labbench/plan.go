@@ -72,20 +72,6 @@ func (g group) images() []string {
 	return names
 }
 
-// mainImage is the image most of the group's runs cast, the one its
-// calibration casts: of equal counts, the first cast.
-func (g group) mainImage() string {
-	count := map[string]int{}
-	best := ""
-	for _, r := range g.runs {
-		count[r.image]++
-		if best == "" || count[r.image] > count[best] {
-			best = r.image
-		}
-	}
-	return best
-}
-
 func (p benchPlan) images() map[string]sampleimage.Spec {
 	out := map[string]sampleimage.Spec{}
 	for _, r := range p {
@@ -116,6 +102,11 @@ func matrix(mbit float64, counts []int) benchPlan {
 				}
 				p = append(p, runSpec{method: "dolly", topology: s.topology, fanout: fanout, compression: comp, nodes: n, mbit: mbit, image: "small"})
 			}
+		}
+		if n > 1 {
+			// What a user gets who names no plan: the raw image, and the
+			// model picks the plan and whether to compress.
+			p = append(p, runSpec{method: "dolly", topology: "auto", compression: "auto", nodes: n, mbit: mbit, image: "small"})
 		}
 		p = append(p,
 			runSpec{method: "udpcast", topology: "multicast", compression: "none", nodes: n, mbit: mbit, image: "small"},
@@ -170,10 +161,12 @@ func quickPlan() benchPlan {
 	return benchPlan{
 		d("chain", 1, "none", 1),
 		d("chain", 1, "none", 8),
+		d("auto", 0, "auto", 8),
 		d("tree", 2, "none", 4),
 		d("star", 4, "none", 4),
 		d("chain", 1, "none", 4),
 		d("chain", 1, "zstd", 4),
+		d("auto", 0, "auto", 4),
 		{method: "udpcast", topology: "multicast", compression: "none", nodes: 8, mbit: 100, image: "small"},
 	}
 }

@@ -34,6 +34,7 @@ type result struct {
 	seconds        float64   // the slowest node's time
 	perNode        []float64 // MB/s of each node
 	bottleneck     string
+	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
 	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
 	steal          float64   // cores the hypervisor took from the machine over the run
 	casts          []float64 // MB/s of each cast when the run is the median of several
@@ -48,7 +49,11 @@ func (r result) line() string {
 	if r.err != "" {
 		return fmt.Sprintf("%s  FAILED: %s", r.runSpec, r.err)
 	}
-	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", r.runSpec, r.measured, r.seconds, r.busy, r.cores)
+	spec := r.runSpec.String()
+	if r.topology == "auto" && r.chosen != "" {
+		spec += " → " + r.chosen
+	}
+	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.seconds, r.busy, r.cores)
 	if r.steal >= 0.05 {
 		s += fmt.Sprintf(", %.1f stolen", r.steal)
 	}
@@ -198,9 +203,13 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	if e.topology != "" {
 		args = append(args, "-topology", e.topology)
 	}
-	if r.compression == "zstd" {
+	switch {
+	case r.topology == "auto":
+		// As a user types it: the raw image, and the model decides.
+		args = append(args, "-image", img.raw)
+	case r.compression == "zstd":
 		args = append(args, "-image", img.zst, "-compress", "yes")
-	} else {
+	default:
 		args = append(args, "-image", img.raw, "-compress", "no")
 	}
 	switch r.topology {
@@ -218,7 +227,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	var nodes []*proc
 	for i, h := range e.lab.Nodes[:r.nodes] {
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
-			"-server", addr, "-target", e.disks[img.name][i], "-name", h.Name, "-join-timeout", "60s", "-no-probe")
+			"-server", addr, "-target", e.disks[img.name][i], "-name", h.Name, "-join-timeout", "60s")
 		if err != nil {
 			return res, err
 		}
@@ -259,6 +268,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		res.predicted = float64(img.size) / rep.Plan.ETASeconds / 1e6
 	}
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
+	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {
 		res.perNode = append(res.perNode, n.MBps)
 		res.seconds = max(res.seconds, n.Seconds)
@@ -512,4 +522,13 @@ func stolenCPU() time.Duration {
 	n, _ := strconv.ParseInt(f[8], 10, 64)
 	const userHZ = 100
 	return time.Duration(n) * time.Second / userHZ
+}
+
+// planName names the plan a report says ran: "chain zstd", "3-tree none".
+func planName(p server.ReportPlan) string {
+	shape := p.Topology
+	if shape == "tree" {
+		shape = fmt.Sprintf("%d-tree", p.Fanout)
+	}
+	return shape + " " + p.Compression
 }

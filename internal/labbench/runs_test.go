@@ -131,7 +131,7 @@ func TestCastsCell(t *testing.T) {
 
 func TestWriteCSV(t *testing.T) {
 	results := []result{
-		{runSpec: runSpec{method: "dolly", topology: "star", fanout: 24, compression: "none", nodes: 24, mbit: 100, image: "tiny"}, predicted: 1.061, measured: 1.05},
+		{runSpec: runSpec{method: "dolly", topology: "star", fanout: 24, compression: "none", nodes: 24, mbit: 100, image: "tiny"}, predicted: 1.061, measured: 1.05, chosen: "star none"},
 		{runSpec: runSpec{method: "udpcast", topology: "multicast", compression: "none", nodes: 8, mbit: 100, image: "small"}, measured: 10.014},
 		{runSpec: runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 4, mbit: 100, image: "small"}, err: "failed"},
 	}
@@ -139,12 +139,12 @@ func TestWriteCSV(t *testing.T) {
 		withImage bool
 		want      string
 	}{
-		{false, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps\n" +
-			"dolly,star,24,none,24,100,1.06,1.05\n" +
-			"udpcast,multicast,0,none,8,100,,10.01\n"},
-		{true, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps,image_mib\n" +
-			"dolly,star,24,none,24,100,1.06,1.05,64\n" +
-			"udpcast,multicast,0,none,8,100,,10.01,256\n"},
+		{false, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps,chosen_plan\n" +
+			"dolly,star,24,none,24,100,1.06,1.05,star none\n" +
+			"udpcast,multicast,0,none,8,100,,10.01,\n"},
+		{true, "method,topology,fanout,compression,nodes,link_mbit,predicted_mbps,measured_mbps,chosen_plan,image_mib\n" +
+			"dolly,star,24,none,24,100,1.06,1.05,star none,64\n" +
+			"udpcast,multicast,0,none,8,100,,10.01,,256\n"},
 	}
 	for _, tt := range tests {
 		path := filepath.Join(t.TempDir(), "out.csv")
@@ -172,16 +172,7 @@ func TestSeriesOn(t *testing.T) {
 }
 
 func TestGroupImages(t *testing.T) {
-	for _, g := range fullPlan().groups() {
-		want := map[float64]string{100: "small", 1000: "large"}[g.mbit]
-		if got := g.mainImage(); got != want {
-			t.Errorf("%v Mbit/s group: main image %q, want %q", g.mbit, got, want)
-		}
-	}
 	g := group{runs: []runSpec{{image: "tiny"}, {image: "small"}, {image: "small"}, {image: "tiny"}, {image: "small"}}}
-	if got := g.mainImage(); got != "small" {
-		t.Errorf("mainImage = %q, want small", got)
-	}
 	if got := g.images(); !slices.Equal(got, []string{"small", "tiny"}) {
 		t.Errorf("images = %v, want [small tiny]", got)
 	}
