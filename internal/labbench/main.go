@@ -154,8 +154,8 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	// Each node has a disk per image. A lab disk is a loop device over a
 	// sparse file, and a node zeroes an image's zero runs with BLKZEROOUT,
 	// which leaves unwritten extents where another image keeps its data:
-	// a cast right after another image's could run a quarter slower. A
-	// PC's own disk has no such memory of the previous image.
+	// a cast right after another image's ran slower. A PC's own disk has
+	// no such memory of the previous image.
 	env := &labEnv{lab: l, opts: o, disks: map[string][]string{}}
 	for _, name := range g.images() {
 		img := images[name]
@@ -172,7 +172,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	}
 	// Every cast runs as a user's does: the nodes and the server measure
 	// themselves and the network, and no topology file describes the lab.
-	reps := 3 // casts on a shared machine vary by ±10%: see castsFor
+	reps := 3 // casts on a shared machine vary: see castsFor
 	if o.quick {
 		reps = 1
 	}

@@ -121,9 +121,9 @@ func fullPlan() benchPlan {
 	p := matrix(100, []int{1, 4, 12, 24})
 	for i, r := range p {
 		// Where the per-node rate falls with the node count (dolly's
-		// star, the peers) the small image would take 1 to 4 minutes;
-		// the tiny one takes a quarter of that, still long enough to
-		// hide the start-up.
+		// star, the peers) the small image would take minutes; the tiny
+		// one takes a quarter of that, still long enough to hide the
+		// start-up.
 		if r.nodes >= 12 && (r.method != "dolly" || r.topology == "star") {
 			p[i].image = "tiny"
 		}
@@ -141,8 +141,8 @@ func fullPlan() benchPlan {
 	}
 	// At Gigabit speed the small image would take a second or two, too
 	// little to tell a rate from the start-up: the large image it is.
-	// The peers run at a tenth of that from 4 nodes on: on the small
-	// image they still take 10 to 20 s, instead of 40 to 90.
+	// The peers run far slower from 4 nodes on: they cast the small
+	// image, a quarter of the time.
 	giga := matrix(1000, []int{1, 4, 8})
 	for i, r := range giga {
 		giga[i].image = "large"

@@ -413,11 +413,10 @@ func (e *labEnv) waitListening(ctx context.Context, h *lab.Host, port string) er
 // repeatUnder is the length below which a dolly run is cast several times
 // and the median kept: the machine's spare CPU changes from minute to
 // minute (other guests of its host take some of it), and a short cast that
-// keeps the cores busy feels that by ±10%. Longer casts average it out.
-// Casts shorter than repeatMoreUnder (a gigabit cast of 1 GiB takes 2-5
-// s) swing the most: they get two casts more. A cast that only the links
-// hold back reproduces within 1%: from linkBoundOnceFrom on, it is cast
-// once. Casting stops early once a cast agrees with an earlier one within
+// keeps the cores busy feels that; longer casts average it out. Casts
+// shorter than repeatMoreUnder (a gigabit cast of 1 GiB) swing the most:
+// they get two casts more. A cast that only the links hold back
+// reproduces closely: from linkBoundOnceFrom on, it is cast once. Casting stops early once a cast agrees with an earlier one within
 // castsAgree.
 const (
 	repeatUnder       = 40 * time.Second
