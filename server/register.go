@@ -67,6 +67,7 @@ func (s *Server) enroll(c *control.Conn, h *control.Hello, dataAddr, host, what 
 	n.probes = !slices.ContainsFunc(s.nodes, func(m *nodeState) bool { return m.machine == n.machine && m.probes })
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
+	s.lastJoined = time.Now()
 	s.printRoll(what, n)
 	return n, ""
 }

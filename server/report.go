@@ -13,6 +13,7 @@ type Report struct {
 	Digest         string       `json:"digest"`
 	Plan           ReportPlan   `json:"plan"`
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
+	JoinSeconds    float64      `json:"join_seconds,omitempty"` // from the last node joining to the plan
 	Verified       int          `json:"verified"`
 	StreamBytes    int64        `json:"stream_bytes"`            // the stream as encoded
 	ResumedBytes   int64        `json:"resumed_bytes,omitempty"` // of which the nodes had already (not sent)
@@ -51,6 +52,7 @@ func NewReport(sum Summary) Report {
 		Image:          sum.Image,
 		ImageBytes:     sum.Size,
 		ElapsedSeconds: sum.Elapsed.Seconds(),
+		JoinSeconds:    sum.JoinPhase.Seconds(),
 		Verified:       sum.Verified,
 		StreamBytes:    sum.StreamBytes,
 		ResumedBytes:   sum.ResumedBytes,

@@ -155,6 +155,7 @@ type Server struct {
 	// netResults collects bandwidth probe reports while the network is
 	// measured; nil otherwise.
 	netResults *netWaiter
+	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast
 }
 
@@ -253,6 +254,11 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		choice.Notes = append(notes, choice.Notes...)
 	}
 	sum.Plan = choice
+	s.mu.Lock()
+	if !s.lastJoined.IsZero() {
+		sum.JoinPhase = time.Since(s.lastJoined)
+	}
+	s.mu.Unlock()
 	plan := s.bind(choice, ready)
 	printPreview(s.cfg.Out, choice)
 	s.printPlan(plan, choice)

@@ -12,13 +12,16 @@ import (
 
 // Summary is the outcome of a cast.
 type Summary struct {
-	Image    string
-	Size     int64
-	Digest   imaging.Digest
-	Plan     Choice // what ran and what the model predicted of it
-	Nodes    []NodeSummary
-	Elapsed  time.Duration
-	Verified int
+	Image   string
+	Size    int64
+	Digest  imaging.Digest
+	Plan    Choice // what ran and what the model predicted of it
+	Nodes   []NodeSummary
+	Elapsed time.Duration
+	// JoinPhase is from the last node joining to the plan: the nodes'
+	// probes, the network's, the model (not the admin's confirmation).
+	JoinPhase time.Duration
+	Verified  int
 	// StreamBytes is the length of the stream the source encoded;
 	// ResumedBytes how much of it every node had already when a restarted
 	// server took the cast up, and was not sent again.
@@ -120,8 +123,8 @@ func predictedAgainstMeasured(sum Summary) string {
 		return ""
 	}
 	want := sum.Plan.Result.Rate
-	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node; %+.0f%%); the model's bottleneck: %s",
-		mbps(want), mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck)
+	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node; %+.0f%%); the model's bottleneck: %s; joining took %s (probes, network, plan)",
+		mbps(want), mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck, formatDuration(sum.JoinPhase))
 }
 
 func shortDigest(d imaging.Digest) string {

@@ -137,6 +137,7 @@ func run() error {
 	}
 	fmt.Printf("demo: %d of %d targets hold the image byte for byte (sha256 %.16s…), %s in all; cleaned up %s\n",
 		ok, len(targets), want, time.Since(start).Round(100*time.Millisecond), dir)
+	fmt.Printf("demo: from the last node joining to the plan (probes, network, model): %.1fs\n", r.JoinSeconds)
 	if r.Plan.PredictedMBps > 0 {
 		fmt.Printf("demo: predicted %.1f MB/s, measured %.1f MB/s\n", r.Plan.PredictedMBps, r.Plan.MeasuredMBps)
 	} else {
