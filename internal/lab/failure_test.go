@@ -103,11 +103,7 @@ func TestChainSurvivesALinkCut(t *testing.T) {
 	const size = 64 << 20
 
 	dir := t.TempDir()
-	img := filepath.Join(dir, "nt.img")
-	if err := testimage.Write(img, size, 29, testimage.Dense); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := testimage.SHA256(img, -1)
+	img, want := writeImage(t, dir, size, 29, testimage.Dense)
 	l := newShapedLab(ctx, t, dir, nodes, mbit)
 	// Nobody probes: a probe costs a second a node and predicts nothing
 	// this test checks.
@@ -181,11 +177,7 @@ func TestChainSurvivesARelayPoweringOffAfterItsVerdict(t *testing.T) {
 	const detection = 2 * time.Second
 
 	dir := t.TempDir()
-	img := filepath.Join(dir, "nt.img")
-	if err := testimage.Write(img, size, 31, testimage.Dense); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := testimage.SHA256(img, -1)
+	img, want := writeImage(t, dir, size, 31, testimage.Dense)
 	// pc02's link is slow, so pc01 finishes with megabytes for pc02 still
 	// queued in its own kernel.
 	spec := Spec{Server: HostSpec{Name: "srv", Mbit: 1000}, Dir: dir, Nodes: []HostSpec{

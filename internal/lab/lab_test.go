@@ -108,12 +108,8 @@ func TestChainOverShapedLinks(t *testing.T) {
 	const nodes, mbit = 4, 100.0
 	l := newShapedLab(ctx, t, dir, nodes, mbit)
 
-	img := filepath.Join(dir, "nt.img")
 	const size = 48 << 20
-	if err := testimage.Write(img, size, 17, testimage.Dense); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := testimage.SHA256(img, -1)
+	img, want := writeImage(t, dir, size, 17, testimage.Dense)
 	// Raw: the test image compresses a little, and the model may well
 	// choose to send it compressed, which would beat the links' rate.
 	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-compress", "no"}, nil)
@@ -145,12 +141,8 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 	dir := t.TempDir()
 	const nodes, mbit = 4, 100.0
 	l := newShapedLab(ctx, t, dir, nodes, mbit)
-	img := filepath.Join(dir, "nt.img")
 	const size = 64 << 20
-	if err := testimage.Write(img, size, 5, testimage.Typical); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := testimage.SHA256(img, -1)
+	img, want := writeImage(t, dir, size, 5, testimage.Typical)
 	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-auto"}, nil)
 	c.waitVerified(size, want)
 	r := c.readReport()
@@ -170,6 +162,21 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 		t.Errorf("predicted %.2f MB/s, the nodes got %.2f on average\nserver:\n%s", r.Plan.PredictedMBps, mean, c.log("server"))
 	}
 	t.Logf("-auto over %v Mbit/s: %s %s; %s", mbit, r.Plan.Topology, r.Plan.Compression, describeRates(r))
+}
+
+// writeImage writes a test image of size bytes into dir and returns its
+// path and sha256.
+func writeImage(t *testing.T, dir string, size int64, seed uint64, mix testimage.Mix) (string, string) {
+	t.Helper()
+	img := filepath.Join(dir, "nt.img")
+	if err := testimage.Write(img, size, seed, mix); err != nil {
+		t.Fatal(err)
+	}
+	want, err := testimage.SHA256(img, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, want
 }
 
 // newShapedLab is a lab of a server and n nodes, every link shaped to
