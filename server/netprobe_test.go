@@ -78,3 +78,21 @@ func TestNetFiguresSettle(t *testing.T) {
 		}
 	}
 }
+
+// Nodes on one kernel are one machine whatever their network namespaces
+// (the emulated lab, the demo); without the kernel's word, the same NICs
+// seen at the same address are.
+func TestMachineKey(t *testing.T) {
+	macs := []string{"52:54:00:00:00:01"}
+	for _, tt := range []struct {
+		id, ip, want string
+	}{
+		{"9f86d081884c7d65", "198.18.0.2", "9f86d081884c7d65"},
+		{"9f86d081884c7d65", "198.18.0.3", "9f86d081884c7d65"},
+		{"", "198.18.0.2", "52:54:00:00:00:01@198.18.0.2"},
+	} {
+		if got := machineKey(tt.id, macs, tt.ip); got != tt.want {
+			t.Errorf("machineKey(%q, %v, %s) = %q, want %q", tt.id, macs, tt.ip, got, tt.want)
+		}
+	}
+}

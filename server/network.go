@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -62,7 +63,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	machineOf := []string{""}
 	if len(ready) > 0 {
 		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		machineOf[0] = machineKey(probe.MACs(), ip.String())
+		machineOf[0] = machineKey(probe.MachineID(), probe.MACs(), ip.String())
 	}
 	// One node measured each machine (see enroll); the others on it share
 	// its figures.
@@ -126,8 +127,8 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	return net, notes
 }
 
-// shareFileDisks marks the machines whose nodes all write files: those
-// land on one file system, whose disk their writes share.
+// shareFileDisks marks the machines whose nodes all write files or loop
+// devices: those land on one file system, whose disk their writes share.
 func shareFileDisks(net *capacity.Network, ready []*nodeState) {
 	files := map[string]bool{}
 	for i, n := range ready {
@@ -138,7 +139,7 @@ func shareFileDisks(net *capacity.Network, ready []*nodeState) {
 		if _, seen := files[m]; !seen {
 			files[m] = true
 		}
-		files[m] = files[m] && !n.block
+		files[m] = files[m] && (!n.block || strings.HasPrefix(filepath.Base(n.target), "loop"))
 	}
 	for m, shared := range files {
 		if !shared {
@@ -212,7 +213,10 @@ func maxRates(a, b map[string]float64) map[string]float64 {
 
 // machineKey tells machines apart: the same interfaces seen at the same
 // address are one machine, however many nodes run on it.
-func machineKey(macs []string, ip string) string {
+func machineKey(id string, macs []string, ip string) string {
+	if id != "" {
+		return id // one kernel: one machine, whatever its namespaces
+	}
 	return strings.Join(macs, ",") + "@" + ip
 }
 

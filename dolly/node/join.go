@@ -139,7 +139,7 @@ func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Durat
 	if ip := net.ParseIP(dataHost); ip != nil && ip.IsUnspecified() {
 		dataHost = ""
 	}
-	h := control.Hello{Version: stream.Version, Name: n.cfg.Name, MACs: probe.MACs(), DataAddr: net.JoinHostPort(dataHost, port),
+	h := control.Hello{Version: stream.Version, Name: n.cfg.Name, MACs: probe.MACs(), Machine: probe.MachineID(), DataAddr: net.JoinHostPort(dataHost, port),
 		Target: n.cfg.Target, Resume: resume, Nonce: nonce}
 	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
 		return control.Message{}, err

@@ -2,7 +2,9 @@ package probe
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +73,20 @@ func TestProbeLeavesAMountedDeviceAlone(t *testing.T) {
 	r := Run(t.Context(), Config{Target: dev, Budget: 10 * time.Millisecond})
 	if r.DiskWriteBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "in use") {
 		t.Fatalf("probe of a mounted device: %v bytes/s, notes %q", r.DiskWriteBytesPerSec, r.Notes)
+	}
+}
+
+// The machine's ID is the same on every call, and says nothing of the
+// boot ID it comes from.
+func TestMachineID(t *testing.T) {
+	id := MachineID()
+	if runtime.GOOS != "linux" {
+		t.Skip("skipped: only Linux tells its boot ID")
+	}
+	if len(id) != 16 || MachineID() != id {
+		t.Fatalf("MachineID = %q, then %q: want the same 16 hex digits", id, MachineID())
+	}
+	if b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id"); strings.Contains(string(b), id) {
+		t.Fatalf("MachineID %q gives the boot ID away", id)
 	}
 }
