@@ -73,14 +73,14 @@ type Message struct {
 
 // Hello introduces a node.
 type Hello struct {
-	Version  int      `json:"version"`
-	Name     string   `json:"name"`
-	MACs     []string `json:"macs,omitempty"`
+	Version int      `json:"version"`
+	Name    string   `json:"name"`
+	MACs    []string `json:"macs,omitempty"`
 	// Machine tells machines apart: the same on every node that runs on
 	// one kernel, network namespaces and all (see probe.MachineID).
-	Machine string `json:"machine,omitempty"`
-	DataAddr string   `json:"data_addr"` // where upstream connects; an empty host means "the address I connect from"
-	Target   string   `json:"target,omitempty"`
+	Machine  string `json:"machine,omitempty"`
+	DataAddr string `json:"data_addr"` // where upstream connects; an empty host means "the address I connect from"
+	Target   string `json:"target,omitempty"`
 	// Nonce is set by a node that has a cast key: the server must prove it
 	// knows the key over it.
 	Nonce []byte `json:"nonce,omitempty"`
