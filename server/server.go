@@ -246,7 +246,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	} else {
 		var figs netFigures
 		var notes []string
-		if s.cfg.NetProbe > 0 {
+		if s.cfg.NetProbe > 0 && len(ready) > 0 {
 			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
 			figs, notes = s.measureNetwork(ctx, ready)
 		}
