@@ -43,7 +43,8 @@ func (p castPlan) name(v int) string {
 
 // runCast streams the image along the plan, keeps the tree whole as nodes
 // fail, and collects the verdicts. It returns the source's digest.
-func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error) {
+// A watch, if given, holds the cast against its prediction and re-plans.
+func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Digest, error) {
 	s.mu.Lock()
 	now := time.Now()
 	s.tree = plantTree(p.tree, p.nodes)
@@ -101,6 +102,13 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 	defer tick.Stop()
 	draw := time.NewTicker(view.interval())
 	defer draw.Stop()
+	var watchTick <-chan time.Time
+	if w != nil {
+		s.check(ctx, w, time.Now()) // where every node starts from
+		t := time.NewTicker(watchEvery)
+		defer t.Stop()
+		watchTick = t.C
+	}
 	var digest imaging.Digest
 	haveDigest, sourceDone := false, false
 	for {
@@ -121,6 +129,8 @@ func (s *Server) runCast(ctx context.Context, p castPlan) (imaging.Digest, error
 			s.checkNodes(time.Now())
 		case <-draw.C:
 			view.draw(s.snapshot(), src.sent.Load())
+		case now := <-watchTick:
+			s.check(ctx, w, now)
 		case <-ctx.Done():
 			s.abortAll("dolly-server was interrupted")
 			view.finish(s.snapshot(), src.sent.Load())

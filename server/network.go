@@ -26,12 +26,7 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 	for _, n := range ready {
 		names = append(names, n.name)
 	}
-	net, notes := s.network(ready, figs)
-	opt := Options(s.profile, s.cfg.FrameSize)
-	if f := DecodeFactor(s.profile); f != 1 {
-		ScaleDecode(&net, opt.Compression.Codec, f)
-		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
-	}
+	net, opt, notes := s.model(ready, figs)
 	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
 	if err == nil && !ch.Modeled {
 		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
@@ -41,6 +36,18 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 	}
 	ch.Notes = append(notes, ch.Notes...)
 	return ch
+}
+
+// model is what the capacity model plans from: the network of the source
+// and ready, and the image's options.
+func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, capacity.Options, []string) {
+	net, notes := s.network(ready, figs)
+	opt := Options(s.profile, s.cfg.FrameSize)
+	if f := DecodeFactor(s.profile); f != 1 {
+		ScaleDecode(&net, opt.Compression.Codec, f)
+		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
+	}
+	return net, opt, notes
 }
 
 // network describes the cast's hosts for the model: the topology file's

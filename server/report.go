@@ -18,6 +18,18 @@ type Report struct {
 	StreamBytes    int64        `json:"stream_bytes"`            // the stream as encoded
 	ResumedBytes   int64        `json:"resumed_bytes,omitempty"` // of which the nodes had already (not sent)
 	Nodes          []ReportNode `json:"nodes"`
+	// Replans are the checks of a cast that ran below its prediction; the
+	// plan above is the one it started with.
+	Replans []ReportReplan `json:"replans,omitempty"`
+}
+
+// ReportReplan is one check of a running cast.
+type ReportReplan struct {
+	AtSeconds     float64 `json:"at_seconds"`
+	From          string  `json:"from"`
+	To            string  `json:"to"` // the same as from if the plan stayed
+	MeasuredMBps  float64 `json:"measured_mbps"`
+	PredictedMBps float64 `json:"predicted_mbps"` // of the plan from then on
 }
 
 // ReportPlan is the plan that ran and the model's prediction for it.
@@ -80,6 +92,10 @@ func NewReport(sum Summary) Report {
 			r.Plan.Bottleneck = sum.Plan.Result.Bottleneck
 		}
 		r.Plan.MeasuredMBps = sum.MeasuredRate() / 1e6
+	}
+	for _, rp := range sum.Replans {
+		r.Replans = append(r.Replans, ReportReplan{AtSeconds: rp.At.Seconds(), From: rp.From, To: rp.To,
+			MeasuredMBps: rp.Measured / 1e6, PredictedMBps: rp.Predicted / 1e6})
 	}
 	for _, n := range sum.Nodes {
 		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified}

@@ -40,6 +40,9 @@ type Config struct {
 	// the plan (the source to all nodes, then each node to the next); 0
 	// skips them, and the model then knows links only by their NICs.
 	NetProbe time.Duration
+	// NoReplan keeps the plan the model chose to the end, however the
+	// cast runs against its prediction.
+	NoReplan bool
 	Nodes    int    // start once this many nodes have joined (0: ask on a terminal)
 	Target   string // default target for nodes that name none
 	Listen   string // control address, host:port
@@ -155,6 +158,7 @@ type Server struct {
 	// netResults collects bandwidth probe reports while the network is
 	// measured; nil otherwise.
 	netResults *netWaiter
+	netFigs    netFigures   // what the bandwidth probes measured before the plan
 	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast
 }
@@ -250,6 +254,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
 			figs, notes = s.measureNetwork(ctx, ready)
 		}
+		s.netFigs = figs
 		choice = s.choose(ctx, ready, figs)
 		choice.Notes = append(notes, choice.Notes...)
 	}
@@ -270,7 +275,11 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 	}
 	start := time.Now()
-	digest, err := s.runCast(ctx, plan)
+	w := s.newWatch(choice)
+	digest, err := s.runCast(ctx, plan, w)
+	if w != nil {
+		sum.Replans = w.said
+	}
 	sum.Digest = digest
 	sum.Elapsed = time.Since(start)
 	if s.src != nil {

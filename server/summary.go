@@ -21,7 +21,9 @@ type Summary struct {
 	// JoinPhase is from the last node joining to the plan: the nodes'
 	// probes, the network's, the model (not the admin's confirmation).
 	JoinPhase time.Duration
-	Verified  int
+	// Replans are the checks of a cast that ran below its prediction.
+	Replans  []Replan
+	Verified int
 	// StreamBytes is the length of the stream the source encoded;
 	// ResumedBytes how much of it every node had already when a restarted
 	// server took the cast up, and was not sent again.
@@ -94,6 +96,9 @@ func (s *Server) printSummary(sum Summary) {
 			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
 		}
 		row(n.Name, n.Target, t, rate, result)
+	}
+	for _, rp := range sum.Replans {
+		fmt.Fprintf(out, "  %s\n", rp.Message)
 	}
 	if line := predictedAgainstMeasured(sum); line != "" {
 		fmt.Fprintln(out, line)

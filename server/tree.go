@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"slices"
 
 	"dolly/capacity"
@@ -219,4 +220,68 @@ func (r rewiring) fed() []*nodeState {
 		out = append(out, l.node)
 	}
 	return out
+}
+
+// members lists the nodes in the tree, parents before their children.
+func (t *castTree) members() []*vertex {
+	var out []*vertex
+	queue := []*vertex{t.root}
+	for len(queue) > 0 {
+		u := queue[0]
+		queue = queue[1:]
+		for _, c := range u.children {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// shape is the tree as the capacity model takes it: vertex 0 the source,
+// the others in the order of members, each with its parent.
+func (t *castTree) shape() (capacity.Tree, []*nodeState) {
+	vs := t.members()
+	index := map[*vertex]int{t.root: 0}
+	parent := []int{-1}
+	nodes := make([]*nodeState, 0, len(vs))
+	for i, v := range vs {
+		index[v] = i + 1
+		parent = append(parent, index[v.parent])
+		nodes = append(nodes, v.node)
+	}
+	tree, _ := capacity.Explicit(parent) // parents precede children: valid
+	return tree, nodes
+}
+
+// reshape lays the tree out anew as plan: its vertex 0 is the source,
+// vertex v is nodes[v-1], and nodes must be exactly the nodes in the tree.
+// Each node whose upstream changes has its old link cut and its new one
+// added; the others keep theirs.
+func (t *castTree) reshape(plan capacity.Tree, nodes []*nodeState) (rewiring, error) {
+	if len(nodes) != len(t.members()) || len(plan.Parent) != len(nodes)+1 {
+		return rewiring{}, fmt.Errorf("the new plan has %d nodes, the tree %d", len(plan.Parent)-1, len(t.members()))
+	}
+	vs := make([]*vertex, len(plan.Parent))
+	vs[0] = t.root
+	was := map[*vertex]*vertex{}
+	for v := 1; v < len(vs); v++ {
+		x := t.at[nodes[v-1]]
+		if x == nil || x.place != inTree {
+			return rewiring{}, fmt.Errorf("%s is not in the tree", nodes[v-1].name)
+		}
+		vs[v], was[x] = x, x.parent
+	}
+	for _, v := range vs {
+		v.children = nil
+	}
+	var r rewiring
+	for v := 1; v < len(vs); v++ {
+		up := vs[plan.Parent[v]]
+		t.link(up, vs[v])
+		if old := was[vs[v]]; old != up {
+			r.cut = append(r.cut, link{up: old, node: vs[v].node})
+			r.added = append(r.added, link{up: up, node: vs[v].node})
+		}
+	}
+	return r, nil
 }

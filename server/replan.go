@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"dolly/capacity"
+)
+
+// A cast the model planned is held against its prediction while it runs.
+// Every half second the server takes each node's rate over the last few
+// seconds; when the slowest node runs below replanBelow of the prediction
+// for longer than replanAfter, it asks the model again, with the links the
+// cast itself found full. If those explain the shortfall and another
+// plan is clearly faster under them, the running cast is rewired to it
+// with the rewiring failures use: every node goes on from the byte it has.
+
+const (
+	replanBelow  = 0.8             // of the prediction, a cast that runs slower is checked
+	replanAfter  = 5 * time.Second // for this long before it is checked
+	rateWindow   = 3 * time.Second // a node's rate is taken over this window
+	watchEvery   = 500 * time.Millisecond
+	replanGain   = 1.15            // a new plan must be predicted this much faster
+	replanSaving = 2 * time.Second // and save at least this long on what is left
+	maxReplans   = 2               // checks per cast, so a cast never hunts
+	// explainedBy is how far above the measured rate the running plan may
+	// still be predicted under the measured links for them to explain it.
+	explainedBy = 1.25
+)
+
+// watch follows a planned cast's rate. The cast loop owns it.
+type watch struct {
+	plan      capacity.Plan // the plan the cast runs now
+	predicted float64       // its predicted rate, raw image bytes per second
+	start     time.Time
+	below     time.Time // since when the cast runs below; zero if not
+	samples   map[*nodeState][]sample
+	left      int      // re-plans it may still make
+	said      []Replan // what it did, for the summary
+}
+
+// Replan is one check of a running cast that ran below its prediction:
+// what it measured and, if the plan changed, from what to what.
+type Replan struct {
+	At        time.Duration // since the cast started
+	From, To  string        // plan names; equal if the plan stayed
+	Measured  float64       // the cast's rate then (the slowest node), raw bytes/s
+	Predicted float64       // the new prediction
+	Message   string        // as said on the console
+}
+
+type sample struct {
+	at           time.Time
+	written, pos int64
+}
+
+// newWatch watches a cast the model chose the plan of; nil when there is
+// nothing to hold the cast against or the operator fixed the plan.
+func (s *Server) newWatch(ch Choice) *watch {
+	if s.cfg.NoReplan || s.cfg.Shape != "" || s.resume != nil || !ch.Modeled {
+		return nil
+	}
+	return &watch{plan: ch.Result.Plan, predicted: ch.Result.Rate, left: maxReplans, samples: map[*nodeState][]sample{}}
+}
+
+// rates are the nodes' rates over the window, for the nodes in the tree
+// that have been casting long enough to tell.
+type rates struct {
+	written map[*nodeState]float64 // raw bytes written per second
+	pos     map[*nodeState]float64 // stream bytes received per second
+	slowest float64                // the least of written; 0 if none
+}
+
+// observe records where every casting node of the tree is and returns
+// their rates. Called with s.mu held.
+func (w *watch) observe(t *castTree, now time.Time) rates {
+	r := rates{written: map[*nodeState]float64{}, pos: map[*nodeState]float64{}}
+	for n := range w.samples {
+		if t.placeOf(n) != inTree || n.status != stCasting {
+			delete(w.samples, n)
+		}
+	}
+	first := true
+	for _, v := range t.members() {
+		n := v.node
+		if n.status != stCasting {
+			continue
+		}
+		ss := append(w.samples[n], sample{at: now, written: n.progress.Written, pos: n.pos})
+		for len(ss) > 1 && now.Sub(ss[1].at) >= rateWindow {
+			ss = ss[1:]
+		}
+		w.samples[n] = ss
+		span := now.Sub(ss[0].at).Seconds()
+		if span < rateWindow.Seconds()*2/3 {
+			continue
+		}
+		wr := float64(n.progress.Written-ss[0].written) / span
+		r.written[n] = wr
+		r.pos[n] = float64(n.pos-ss[0].pos) / span
+		if first || wr < r.slowest {
+			r.slowest, first = wr, false
+		}
+	}
+	return r
+}
+
+// check is the watch's turn: it takes the nodes' rates and, once the cast
+// has run below its prediction long enough, re-plans.
+func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
+	if w.start.IsZero() {
+		w.start = now
+	}
+	s.mu.Lock()
+	r := w.observe(s.tree, now)
+	s.mu.Unlock()
+	if len(r.written) == 0 || r.slowest >= replanBelow*w.predicted || w.left <= 0 {
+		w.below = time.Time{}
+		return
+	}
+	if w.below.IsZero() {
+		w.below = now
+		return
+	}
+	if now.Sub(w.below) <= replanAfter {
+		return
+	}
+	w.below = time.Time{}
+	w.left--
+	rp, rw, err := s.replan(w, r, now)
+	if err != nil {
+		s.log.Warn("re-planning the cast", "err", err)
+		w.predicted = r.slowest // watch for a further fall, not this one
+		return
+	}
+	fmt.Fprintln(s.cfg.Out, rp.Message)
+	s.log.Info("re-plan", "from", rp.From, "to", rp.To, "measured", rp.Measured, "predicted", rp.Predicted)
+	w.said = append(w.said, rp)
+	w.predicted = rp.Predicted
+	if rw != nil {
+		clear(w.samples) // the rates of the old plan say nothing of the new
+		s.mu.Lock()
+		for _, l := range rw.added {
+			l.node.lastMoved = now // it waits for its new upstream from now on
+		}
+		s.mu.Unlock()
+		s.rewire(ctx, *rw)
+		s.signal()
+	}
+}
+
+// replan asks the model again for the nodes in the tree, with the links
+// the cast found full, and reshapes the tree if another plan is clearly
+// faster. The rewiring is nil when the plan stays.
+func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, error) {
+	rp := Replan{At: now.Sub(w.start), From: w.plan.Name(), To: w.plan.Name(), Measured: r.slowest}
+	s.mu.Lock()
+	tree, nodes := s.tree.shape()
+	var remaining int64
+	for _, n := range nodes {
+		if n.status != stCasting {
+			s.mu.Unlock()
+			return rp, nil, fmt.Errorf("%s has finished: the plan stays to the end", n.name)
+		}
+		remaining = max(remaining, s.img.Size-n.progress.Written)
+	}
+	limits := fullLinks(s.tree, r)
+	s.mu.Unlock()
+
+	net, opt, _ := s.model(nodes, s.netFigs)
+	sourceHost := w.plan.Hosts[0]
+	hosts := []string{sourceHost}
+	for _, n := range nodes {
+		hosts = append(hosts, n.name)
+	}
+	share := net.LinkEfficiency
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	var found []string
+	for _, l := range limits {
+		name := l.name
+		if name == SourceName {
+			name = sourceHost
+		}
+		for i := range net.Hosts {
+			if h := &net.Hosts[i]; h.Name == name && (h.Link <= 0 || l.rate/share < h.Link) {
+				h.Link = l.rate / share
+			}
+		}
+		found = append(found, l.String())
+	}
+	what := "no link of the plan ran full"
+	if len(found) > 0 {
+		what = "measured " + strings.Join(found, ", ")
+	}
+	cur, err := capacity.Evaluate(net, capacity.Plan{Tree: tree, Hosts: hosts, Compression: w.plan.Compression}, opt)
+	if err != nil {
+		return rp, nil, err
+	}
+	at := formatDuration(rp.At)
+	if cur.Rate > explainedBy*r.slowest {
+		rp.Predicted = r.slowest
+		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s; %s, which does not explain it: the plan stays",
+			at, mbps(r.slowest), mbps(w.predicted), what)
+		return rp, nil, nil
+	}
+	ranked, err := capacity.Rank(net, opt)
+	if err != nil {
+		return rp, nil, err
+	}
+	best := cur
+	for _, c := range ranked {
+		if c.Plan.Compression.Enabled() == w.plan.Compression.Enabled() {
+			best = c
+			break
+		}
+	}
+	left := float64(remaining)
+	saving := time.Duration((left/cur.Rate - left/best.Rate) * float64(time.Second))
+	if best.Rate < replanGain*cur.Rate || saving < replanSaving {
+		rp.Predicted = cur.Rate
+		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s (%s): %s stays, no plan is clearly faster",
+			at, mbps(r.slowest), mbps(w.predicted), what, w.plan.Name())
+		return rp, nil, nil
+	}
+	order := make([]*nodeState, 0, len(nodes))
+	for _, name := range best.Plan.Hosts[1:] {
+		order = append(order, s.byName[name])
+	}
+	s.mu.Lock()
+	rw, err := s.tree.reshape(best.Plan.Tree, order)
+	s.mu.Unlock()
+	if err != nil {
+		return rp, nil, err
+	}
+	rp.To, rp.Predicted = best.Plan.Name(), best.Rate
+	rp.Message = fmt.Sprintf("re-planned at %s: %s -> %s (%s; the cast ran at %s MB/s, %s predicted now)",
+		at, rp.From, rp.To, what, mbps(r.slowest), mbps(best.Rate))
+	w.plan = best.Plan
+	return rp, &rw, nil
+}
+
+// fullLink is a host's link the cast found full: it sent rate bytes/s of
+// stream in all, and its children wanted more.
+type fullLink struct {
+	name     string
+	rate     float64
+	children int
+}
+
+func (l fullLink) String() string {
+	return fmt.Sprintf("%s sending %s MB/s to %s", l.name, mbps(l.rate), plural(l.children, "node"))
+}
+
+// fullLinks finds the senders whose links held their children back: each
+// sends to several nodes, and each of those gets well below what the
+// sender itself gets (the source gets it all). The children's pull sums to
+// what the link carried. A sender with one child cannot tell a full link
+// from a slow child. Called with s.mu held.
+func fullLinks(t *castTree, r rates) []fullLink {
+	var out []fullLink
+	for _, u := range append([]*vertex{t.root}, t.members()...) {
+		if len(u.children) < 2 {
+			continue
+		}
+		own := math.Inf(1)
+		if !u.isSource() {
+			var ok bool
+			if own, ok = r.pos[u.node]; !ok {
+				continue
+			}
+		}
+		var sum float64
+		measured := 0
+		for _, c := range u.children {
+			if p, ok := r.pos[c.node]; ok {
+				sum += p
+				measured++
+			}
+		}
+		if measured < len(u.children) || sum/float64(measured) >= replanBelow*own {
+			continue
+		}
+		out = append(out, fullLink{name: u.name(), rate: sum, children: measured})
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/capacity"
+)
+
+func TestReshapeRewiresOnlyTheNodesWhoseUpstreamChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		from   []int // the tree's parents
+		to     capacity.Tree
+		order  []string // the new plan's vertices 1…n
+		want   string
+		rewire string
+	}{
+		{"star to chain", capacity.Star(3).Parent, capacity.Chain(3), []string{"n1", "n2", "n3"},
+			"source(n1(n2(n3)))", "-source→n2 -source→n3 +n1→n2 +n2→n3"},
+		{"chain to star", capacity.Chain(3).Parent, capacity.Star(3), []string{"n1", "n2", "n3"},
+			"source(n1 n2 n3)", "-n1→n2 -n2→n3 +source→n2 +source→n3"},
+		{"the same tree", capacity.Chain(3).Parent, capacity.Chain(3), []string{"n1", "n2", "n3"},
+			"source(n1(n2(n3)))", ""},
+		{"a chain in another order", capacity.Chain(3).Parent, capacity.Chain(3), []string{"n3", "n1", "n2"},
+			"source(n3(n1(n2)))", "-n2→n3 -source→n1 +source→n3 +n3→n1"}, // n2 keeps n1
+		{"star to 2-tree", capacity.Star(4).Parent, capacity.NaryTree(4, 2), []string{"n1", "n2", "n3", "n4"},
+			"source(n1(n3 n4) n2)", "-source→n3 -source→n4 +n1→n3 +n1→n4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree, byName := testTree(t, tc.from...)
+			var order []*nodeState
+			for _, name := range tc.order {
+				order = append(order, byName[name])
+			}
+			r, err := tree.reshape(tc.to, order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tree.String(); got != tc.want {
+				t.Errorf("tree %s, want %s", got, tc.want)
+			}
+			if got := r.String(); got != tc.rewire {
+				t.Errorf("rewiring %q, want %q", r.String(), tc.rewire)
+			}
+		})
+	}
+}
+
+func TestReshapeRefusesAPlanOfOtherNodes(t *testing.T) {
+	tree, byName := testTree(t, capacity.Star(3).Parent...)
+	before := tree.String()
+	if _, err := tree.reshape(capacity.Chain(2), []*nodeState{byName["n1"], byName["n2"]}); err == nil {
+		t.Error("a plan of 2 of the tree's 3 nodes was taken")
+	}
+	stranger := &nodeState{name: "x"}
+	if _, err := tree.reshape(capacity.Chain(3), []*nodeState{byName["n1"], byName["n2"], stranger}); err == nil || !strings.Contains(err.Error(), "x is not in the tree") {
+		t.Errorf("a plan with a node not in the tree: %v", err)
+	}
+	if got := tree.String(); got != before {
+		t.Errorf("a refused plan changed the tree: %s, was %s", got, before)
+	}
+}
+
+func TestShapeIsTheTreeAsTheModelTakesIt(t *testing.T) {
+	tree, _ := testTree(t, capacity.NaryTree(5, 2).Parent...)
+	shape, nodes := tree.shape()
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.name)
+	}
+	if got := strings.Join(names, " "); got != "n1 n2 n3 n4 n5" {
+		t.Errorf("order %s", got)
+	}
+	want := []int{-1, 0, 0, 1, 1, 2}
+	for v, p := range shape.Parent {
+		if p != want[v] {
+			t.Fatalf("parents %v, want %v", shape.Parent, want)
+		}
+	}
+}
+
+// TestFullLinksFindsASenderThatHoldsItsChildrenBack gives the watch rates
+// over a tree and checks which links it calls full.
+func TestFullLinksFindsASenderThatHoldsItsChildrenBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		parent []int
+		pos    map[string]float64 // stream bytes/s
+		want   string
+	}{
+		{"a star: the source's link carries it all", capacity.Star(4).Parent,
+			map[string]float64{"n1": 3e6, "n2": 3e6, "n3": 3e6, "n4": 3e6}, "dolly-server sending 12.0 MB/s to 4 nodes"},
+		{"a chain tells nothing", capacity.Chain(3).Parent,
+			map[string]float64{"n1": 3e6, "n2": 3e6, "n3": 3e6}, ""},
+		{"a relay whose children get what it gets", capacity.NaryTree(4, 2).Parent,
+			map[string]float64{"n1": 10e6, "n2": 10e6, "n3": 10e6, "n4": 10e6}, "dolly-server sending 20.0 MB/s to 2 nodes"},
+		{"a relay that holds its children back", capacity.NaryTree(4, 2).Parent,
+			map[string]float64{"n1": 10e6, "n2": 10e6, "n3": 5e6, "n4": 5e6}, "dolly-server sending 20.0 MB/s to 2 nodes, n1 sending 10.0 MB/s to 2 nodes"},
+		{"a child not yet measured", capacity.Star(2).Parent,
+			map[string]float64{"n1": 3e6}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree, byName := testTree(t, tc.parent...)
+			r := rates{pos: map[*nodeState]float64{}}
+			for name, p := range tc.pos {
+				r.pos[byName[name]] = p
+			}
+			var got []string
+			for _, l := range fullLinks(tree, r) {
+				got = append(got, l.String())
+			}
+			if s := strings.Join(got, ", "); s != tc.want {
+				t.Errorf("full links %q, want %q", s, tc.want)
+			}
+		})
+	}
+}
+
+// TestWatchTakesRatesOverAWindow feeds the watch a node's progress and
+// checks the rate it takes from it.
+func TestWatchTakesRatesOverAWindow(t *testing.T) {
+	tree, byName := testTree(t, capacity.Chain(2).Parent...)
+	for _, n := range byName {
+		n.status = stCasting
+	}
+	w := &watch{samples: map[*nodeState][]sample{}}
+	t0 := time.Unix(1000, 0)
+	for i := range 9 {
+		now := t0.Add(time.Duration(i) * watchEvery)
+		byName["n1"].progress.Written = int64(i) * 5e6 // 10 MB/s
+		byName["n2"].progress.Written = int64(i) * 2e6 // 4 MB/s
+		byName["n1"].pos, byName["n2"].pos = byName["n1"].progress.Written, byName["n2"].progress.Written
+		r := w.observe(tree, now)
+		span := time.Duration(i) * watchEvery
+		if span < rateWindow*2/3 {
+			if len(r.written) != 0 {
+				t.Fatalf("after %s: rates %v before the window has a span", span, r.written)
+			}
+			continue
+		}
+		if got := r.written[byName["n1"]]; got < 9.99e6 || got > 10.01e6 {
+			t.Errorf("after %s: n1 at %.0f B/s, want 10 MB/s", span, got)
+		}
+		if r.slowest < 3.99e6 || r.slowest > 4.01e6 {
+			t.Errorf("after %s: the slowest at %.0f B/s, want n2's 4 MB/s", span, r.slowest)
+		}
+		if n := len(w.samples[byName["n1"]]); n > int(rateWindow/watchEvery)+1 {
+			t.Errorf("after %s: %d samples kept", span, n)
+		}
+	}
+}
