@@ -22,6 +22,7 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 	case <-s.probed:
 	case <-ctx.Done():
 	}
+
 	names := []string{SourceName}
 	for _, n := range ready {
 		names = append(names, n.name)
@@ -47,7 +48,29 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 		ScaleDecode(&net, opt.Compression.Codec, f)
 		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
 	}
+	if r := s.profile.EncodeRate; r > 0 && opt.Compression.Codec != "" {
+		SetSourceEncode(&net, opt.Compression.Codec, r)
+		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, should the source compress it", mbps(r)))
+	}
 	return net, opt, notes
+}
+
+// SetSourceEncode sets the rate at which the source compresses this image
+// per core: timed on the image itself, it stands for the probe's figure on
+// the standard sample, which may compress far faster or slower.
+func SetSourceEncode(net *capacity.Network, codec string, rate float64) {
+	for i := range net.Hosts {
+		h := &net.Hosts[i]
+		if h.Role != capacity.RoleSource {
+			continue
+		}
+		rates := maps.Clone(h.Resources.CPU.Compress)
+		if rates == nil {
+			rates = map[string]float64{}
+		}
+		rates[codec] = rate
+		h.Resources.CPU.Compress = rates
+	}
 }
 
 // network describes the cast's hosts for the model: the topology file's

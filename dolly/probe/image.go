@@ -34,6 +34,11 @@ type Profile struct {
 	// speed depends on the data, so nodes' rates on the sample are scaled
 	// by it.
 	DecodeFactor float64
+	// EncodeRate is how many bytes of a raw image's data one core of this
+	// machine compresses per second, as the source would on the fly, its
+	// zero runs' (small) cost counted with the data's; 0 for a compressed
+	// image. Encoders' speed depends on the data as much as decoders'.
+	EncodeRate float64
 	// Pieces are the image stretch by stretch, in order, with the same
 	// figures each; nil when not measured.
 	Pieces []Piece
@@ -59,44 +64,75 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	buf := make([]byte, profileSample)
 	step := max(im.Size/profileSamples/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
 	var packed bytes.Buffer
-	zw, err := imaging.NewEncoder(imaging.Zstd, &packed, 1)
-	if err != nil {
-		return p, err
-	}
-	reset, _ := zw.(interface{ Reset(io.Writer) })
-	// Each sample is a frame of its own, so that each piece's factor is
-	// its own data's.
 	var parts []tallyPart
 	var sizes []int
-	for off := int64(0); off < im.Size; off += step {
-		if err := ctx.Err(); err != nil {
-			return p, err
+	var reset interface{ Reset(io.Writer) }
+	var failed error
+	// One encoder on one thread (zstd at concurrency 1 encodes on the
+	// caller's), timed by the thread's own clock: other work on the
+	// machine, such as nodes probing as they join, does not count.
+	OnOneThread(func(clock func() time.Duration) {
+		var encoding time.Duration
+		timed := func(f func() error) error {
+			start := clock()
+			err := f()
+			encoding += clock() - start
+			return err
 		}
-		n, err := im.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
-		if err != nil && err != io.EOF {
-			return p, fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
+		zw, err := imaging.NewEncoder(imaging.Zstd, &packed, 1)
+		if err != nil {
+			failed = err
+			return
 		}
-		part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
-		imaging.Segments(buf[:n], off, imaging.MinZeroRun, off+int64(n) == im.Size, func(s imaging.Segment) {
-			if s.Zero {
-				part.zero += int64(s.Len)
+		reset, _ = zw.(interface{ Reset(io.Writer) })
+		// Each sample is a frame of its own, so that each piece's factor
+		// is its own data's.
+		for off := int64(0); off < im.Size; off += step {
+			if err := ctx.Err(); err != nil {
+				failed = err
+				return
 			}
-		})
-		before := packed.Len()
-		if _, err := zw.Write(buf[:n]); err != nil {
-			return p, err
-		}
-		if reset != nil {
-			if err := zw.Close(); err != nil {
-				return p, err
+			n, err := im.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
+			if err != nil && err != io.EOF {
+				failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
+				return
 			}
-			reset.Reset(&packed)
+			part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
+			imaging.Segments(buf[:n], off, imaging.MinZeroRun, off+int64(n) == im.Size, func(s imaging.Segment) {
+				if s.Zero {
+					part.zero += int64(s.Len)
+				}
+			})
+			before := packed.Len()
+			err = timed(func() error {
+				if _, err := zw.Write(buf[:n]); err != nil || reset == nil {
+					return err
+				}
+				err := zw.Close()
+				reset.Reset(&packed)
+				return err
+			})
+			if err != nil {
+				failed = err
+				return
+			}
+			part.packed = int64(packed.Len() - before)
+			parts, sizes = append(parts, part), append(sizes, n)
 		}
-		part.packed = int64(packed.Len() - before)
-		parts, sizes = append(parts, part), append(sizes, n)
-	}
-	if err := zw.Close(); err != nil {
-		return p, err
+		if err := timed(zw.Close); err != nil {
+			failed = err
+			return
+		}
+		var data int64
+		for _, part := range parts {
+			data += part.raw - part.zero
+		}
+		if encoding > 0 && data > 0 {
+			p.EncodeRate = float64(data) / encoding.Seconds()
+		}
+	})
+	if failed != nil {
+		return p, failed
 	}
 	var sampled, zeros int64
 	for _, part := range parts {

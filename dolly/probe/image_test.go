@@ -46,6 +46,10 @@ func TestProfile(t *testing.T) {
 			if p.DecodeRate <= 0 || p.DecodeFactor <= 0 {
 				t.Errorf("decode rate %.0f, factor %.2f: want both measured", p.DecodeRate, p.DecodeFactor)
 			}
+			// Only a raw image may be compressed on the fly.
+			if (p.EncodeRate > 0) != (enc == imaging.Raw) {
+				t.Errorf("encode rate %.0f of an image stored %s", p.EncodeRate, enc)
+			}
 		})
 	}
 }
