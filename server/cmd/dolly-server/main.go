@@ -102,7 +102,7 @@ func run() int {
 	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	noReplan := fs.Bool("no-replan", false, "keep the model's plan to the end; by default a cast that runs below 80% of its prediction for 5s is re-planned (at most twice) and rewired without a restart")
-	netProbe := fs.Duration("net-probe", time.Second, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
+	netProbe := fs.Duration("net-probe", 500*time.Millisecond, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	bootf := addBootFlags(fs)
 	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
