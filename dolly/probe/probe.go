@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) Report {
 			note("target write rate: %v", err)
 		} else {
 			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
-			note("target write rate: %s", d.how)
+			note("target write rate: %s/s (%s/s of CPU): %s", units.FormatBytes(int64(d.rate)), units.FormatBytes(int64(d.cpuRate)), d.how)
 		}
 	}
 	if cfg.Image != "" {

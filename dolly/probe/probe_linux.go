@@ -65,6 +65,12 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 		return diskProbe{}, fmt.Errorf("%s is too small to measure", path)
 	}
 	start := (size/2)/probeBlock*probeBlock - region/2
+	// Whatever of the target is still dirty (a file just filled, say) is
+	// flushed first and untimed: the final sync must flush only the
+	// probe's own writes, or it times someone else's.
+	if err := out.Sync(); err != nil {
+		return diskProbe{}, err
+	}
 	buf := imaging.AlignedBuffer(probeBlock)
 	var wrote int64
 	var spent, cpu time.Duration
