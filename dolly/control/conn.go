@@ -3,10 +3,12 @@ package control
 import (
 	"bufio"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"sync"
@@ -23,15 +25,40 @@ type Conn struct {
 	r   *bufio.Reader
 	wmu sync.Mutex
 	mac *controlMAC // set once, before concurrent use
+
+	// transcript hashes every message body sent or received before the
+	// connection is authenticated, in order: the handshake's proofs and
+	// the session key cover it, so a hello altered on its way fails them.
+	tmu        sync.Mutex
+	transcript hash.Hash
 }
 
 // NewConn wraps a connection.
-func NewConn(c net.Conn) *Conn { return &Conn{c: c, r: bufio.NewReader(c)} }
+func NewConn(c net.Conn) *Conn { return &Conn{c: c, r: bufio.NewReader(c), transcript: sha256.New()} }
+
+// record adds an untagged message body to the transcript.
+func (c *Conn) record(body []byte) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(body)))
+	c.transcript.Write(n[:])
+	c.transcript.Write(body)
+}
+
+// Transcript is the SHA-256 of the messages sent and received so far,
+// untagged, each as its length (4 bytes, little-endian) and its JSON.
+func (c *Conn) Transcript() []byte {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	return c.transcript.Sum(nil)
+}
 
 // Authenticate switches the connection to tagged messages under the
-// session key of a finished handshake. server says which end this is.
+// session key of a finished handshake, which covers the transcript so
+// far. server says which end this is.
 func (c *Conn) Authenticate(k castkey.Key, nodeNonce, serverNonce []byte, server bool) {
-	m := &controlMAC{key: sessionKey(k, nodeNonce, serverNonce), sendLabel: 'n', recvLabel: 's'}
+	m := &controlMAC{key: sessionKey(k, nodeNonce, serverNonce, c.Transcript()), sendLabel: 'n', recvLabel: 's'}
 	if server {
 		m.sendLabel, m.recvLabel = 's', 'n'
 	}
@@ -62,6 +89,8 @@ func (c *Conn) Send(m Message) error {
 	if c.mac != nil {
 		buf = append(buf, c.mac.tag(c.mac.sendLabel, c.mac.sent, body)...)
 		c.mac.sent++
+	} else {
+		c.record(body)
 	}
 	if _, err := c.c.Write(buf); err != nil {
 		return fmt.Errorf("sending %s message: %w", m.Type, err)
@@ -90,6 +119,7 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 		c.mac.recv++
 		return decodeMessage(body)
 	}
+	c.record(body)
 	return decodeMessage(body)
 }
 

@@ -12,16 +12,20 @@ import (
 
 // The key handshake of a keyed cast. The node's nonce comes in its hello;
 // the server answers with its nonce and its proof; the node checks that
-// and answers with its own proof. From then on every message carries a
-// tag under a key of that connection alone (Conn.Authenticate). Both
-// halves are here, side by side: NodeHandshake and ServerHandshake.
+// and answers with its own proof. Both proofs cover the hello whole (its
+// hash, Conn.Transcript), so a hello rewritten on its way (another name,
+// a resume or a digest it never sent) fails them. From then on every
+// message carries a tag under a key of that connection alone
+// (Conn.Authenticate). Both halves are here, side by side: NodeHandshake
+// and ServerHandshake.
 
 // NodeHandshake runs the node's half after it sent a hello carrying nonce
 // (nil: the node has no key). It returns the server's first message after
 // the handshake: a welcome, a reject or an abort. The server's proof is
 // checked before anything else happens, so a node never acts on a server
 // that does not know its key.
-func NodeHandshake(c *Conn, key castkey.Key, nonce []byte, name string, timeout time.Duration) (Message, error) {
+func NodeHandshake(c *Conn, key castkey.Key, nonce []byte, timeout time.Duration) (Message, error) {
+	hello := c.Transcript() // the hello as this node sent it
 	m, err := c.Recv(timeout)
 	if err != nil {
 		return m, err
@@ -30,11 +34,11 @@ func NodeHandshake(c *Conn, key castkey.Key, nonce []byte, name string, timeout 
 	case m.Type == MsgChallenge && key == nil:
 		return m, fmt.Errorf("%w: the server requires a cast key: run dolly with -key FILE", castkey.ErrAuth)
 	case m.Type == MsgChallenge:
-		if !hmac.Equal(m.Auth.Proof, ServerProof(key, nonce, m.Auth.Nonce, name)) {
+		if !hmac.Equal(m.Auth.Proof, ServerProof(key, nonce, m.Auth.Nonce, hello)) {
 			c.Send(Message{Type: MsgFail, Reason: "authentication failed: the server's proof does not match this node's cast key"})
-			return m, fmt.Errorf("%w: the server does not know this node's cast key (different -key files?)", castkey.ErrAuth)
+			return m, fmt.Errorf("%w: the server's proof does not match: it does not know this node's cast key (different -key files?), or this node's hello was altered on its way", castkey.ErrAuth)
 		}
-		proof := NodeProof(key, nonce, m.Auth.Nonce, name)
+		proof := NodeProof(key, nonce, m.Auth.Nonce, hello)
 		if err := c.Send(Message{Type: MsgProof, Auth: &Auth{Proof: proof}}); err != nil {
 			return m, err
 		}
@@ -57,8 +61,9 @@ func ServerHandshake(c *Conn, key castkey.Key, h *Hello, timeout time.Duration) 
 	if len(h.Nonce) == 0 {
 		return fmt.Errorf("%w: this cast needs the cast key: run dolly with -key FILE", castkey.ErrAuth)
 	}
+	hello := c.Transcript() // the hello as the server got it
 	nonce := castkey.NewNonce()
-	proof := ServerProof(key, h.Nonce, nonce, h.Name)
+	proof := ServerProof(key, h.Nonce, nonce, hello)
 	if err := c.Send(Message{Type: MsgChallenge, Auth: &Auth{Nonce: nonce, Proof: proof}}); err != nil {
 		return fmt.Errorf("%w: sending the challenge: %v", castkey.ErrAuth, err)
 	}
@@ -70,29 +75,30 @@ func ServerHandshake(c *Conn, key castkey.Key, h *Hello, timeout time.Duration) 
 		return fmt.Errorf("%s", m.Reason)
 	case m.Type != MsgProof:
 		return fmt.Errorf("%w: %s message instead of a proof", castkey.ErrAuth, m.Type)
-	case !hmac.Equal(m.Auth.Proof, NodeProof(key, h.Nonce, nonce, h.Name)):
-		return fmt.Errorf("%w: the node's proof does not match the cast key", castkey.ErrAuth)
+	case !hmac.Equal(m.Auth.Proof, NodeProof(key, h.Nonce, nonce, hello)):
+		return fmt.Errorf("%w: the node's proof does not match: it does not know the cast key, or its hello was altered on its way", castkey.ErrAuth)
 	}
 	c.Authenticate(key, h.Nonce, nonce, true)
 	return nil
 }
 
-func controlProof(k castkey.Key, who string, nodeNonce, serverNonce []byte, name string) []byte {
-	return castkey.MAC(k.Derive("control", nil), []byte(who), nodeNonce, serverNonce, []byte(name))
+func controlProof(k castkey.Key, who string, nodeNonce, serverNonce, hello []byte) []byte {
+	return castkey.MAC(k.Derive("control", nil), []byte(who), nodeNonce, serverNonce, hello)
 }
 
-func sessionKey(k castkey.Key, nodeNonce, serverNonce []byte) []byte {
-	return castkey.MAC(k.Derive("control", nil), []byte("session"), nodeNonce, serverNonce)
+func sessionKey(k castkey.Key, nodeNonce, serverNonce, transcript []byte) []byte {
+	return castkey.MAC(k.Derive("control", nil), []byte("session"), nodeNonce, serverNonce, transcript)
 }
 
-// ServerProof is what the server sends to show it knows the key.
-func ServerProof(k castkey.Key, nodeNonce, serverNonce []byte, name string) []byte {
-	return controlProof(k, "server", nodeNonce, serverNonce, name)
+// ServerProof is what the server sends to show it knows the key: over
+// both nonces and the hash of the hello it answers.
+func ServerProof(k castkey.Key, nodeNonce, serverNonce, hello []byte) []byte {
+	return controlProof(k, "server", nodeNonce, serverNonce, hello)
 }
 
 // NodeProof is what a node sends to show it knows the key.
-func NodeProof(k castkey.Key, nodeNonce, serverNonce []byte, name string) []byte {
-	return controlProof(k, "node", nodeNonce, serverNonce, name)
+func NodeProof(k castkey.Key, nodeNonce, serverNonce, hello []byte) []byte {
+	return controlProof(k, "node", nodeNonce, serverNonce, hello)
 }
 
 // controlMAC tags control messages after the handshake.

@@ -144,5 +144,5 @@ func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Durat
 	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
 		return control.Message{}, err
 	}
-	return control.NodeHandshake(c, n.cfg.Key, nonce, n.cfg.Name, timeout)
+	return control.NodeHandshake(c, n.cfg.Key, nonce, timeout)
 }

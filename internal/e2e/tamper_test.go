@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/dolly/control"
+	"dolly/dolly/dial"
+	"dolly/dolly/stream"
+	"dolly/imaging"
+	"dolly/internal/testimage"
+)
+
+// helloProxy stands between nodes and the server at server, as an
+// attacker on the path would: it rewrites each node's hello with rewrite
+// and passes everything else on unchanged. It returns its address.
+func helloProxy(t *testing.T, server string, rewrite func(*control.Hello)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			node, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer node.Close()
+				// The server may not listen yet: try as a node would.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				srv, err := dial.Backoff(ctx, server, 20*time.Millisecond, 200*time.Millisecond, nil)
+				if err != nil {
+					return
+				}
+				defer srv.Close()
+				m, err := control.ReadMessage(node)
+				if err != nil || m.Hello == nil {
+					return
+				}
+				rewrite(m.Hello)
+				if control.NewConn(srv).Send(m) != nil {
+					return
+				}
+				go io.Copy(srv, node)
+				io.Copy(node, srv)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestAlteredHelloIsRefused rewrites a keyed node's hello on its way to
+// the server: another name, or a resume that claims the node has the
+// whole image with its digest (which, taken as it came, would have the
+// server report the node verified while it wrote nothing). The handshake's
+// proofs cover the hello, so the node refuses the server's proof, exits
+// non-zero and writes nothing, and the server verifies no one.
+func TestAlteredHelloIsRefused(t *testing.T) {
+	key := makeKey(t)
+	img, _, targets := keyCast(t, 1)
+	raw, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := imaging.NewDigester()
+	d.Write(raw)
+	digest := d.Sum().String()
+	im, err := imaging.OpenImage(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fingerprint, err := im.Fingerprint()
+	im.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		rewrite func(*control.Hello)
+	}{
+		{"another name", func(h *control.Hello) { h.Name = "intruder" }},
+		{"a fake done", func(h *control.Hello) {
+			h.Resume = &control.Resume{Fingerprint: fingerprint, Encoding: "raw", FrameSize: stream.DefaultFrameSize,
+				Pos: int64(len(raw)), Target: h.Target, Done: true, Digest: digest}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := testimage.SHA256(targets[0], -1)
+			addr := freePort(t)
+			srv := start(t, "dolly-server", "-image", img, "-chain", "-nodes", "1", "-listen", addr, "-key", key, "-no-probe", "-yes", "-join-timeout", "5s")
+			proxy := helloProxy(t, addr, tc.rewrite)
+			n := start(t, "dolly", "-server", proxy, "-target", targets[0], "-name", "pc01", "-listen-data", "127.0.0.1:0", "-key", key, "-no-probe", "-join-timeout", "10s")
+			if code := n.wait(t, time.Minute); code == 0 || !strings.Contains(n.out.String(), "altered on its way") {
+				t.Errorf("node: exit %d:\n%s", code, n.out.String())
+			}
+			if after, _ := testimage.SHA256(targets[0], -1); after != before {
+				t.Error("the target changed")
+			}
+			code := srv.wait(t, time.Minute)
+			out := srv.out.String()
+			if code == 0 || strings.Contains(out, "1 of 1 nodes verified") || !strings.Contains(out, "refused") {
+				t.Errorf("dolly-server exited %d:\n%s", code, out)
+			}
+		})
+	}
+}
