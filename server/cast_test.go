@@ -16,6 +16,7 @@ import (
 	"dolly/dolly/castkey"
 	"dolly/dolly/node"
 	"dolly/imaging"
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
 
@@ -200,8 +201,10 @@ func TestNodeTargetOverridesServerTarget(t *testing.T) {
 	const size = 5 << 20
 	imgs, want := images(t, size)
 	disks := oldDisks(t, 2, size)
-	// Node 1 names no target and gets the server's; node 2 names its own.
-	r := cast(t, Config{Image: imgs[imaging.Raw], Target: disks[0]}, []string{"", disks[1]})
+	// Node 1 names no target and gets the server's, which must be a block
+	// device; node 2 names its own.
+	dev := testenv.LoopDevice(t, disks[0])
+	r := cast(t, Config{Image: imgs[imaging.Raw], Target: dev}, []string{"", disks[1]})
 	if r.err != nil {
 		t.Fatalf("cast: %v\n%s", r.err, r.out)
 	}

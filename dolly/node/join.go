@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"dolly/dolly/castkey"
@@ -65,7 +66,8 @@ func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, erro
 // the disk is not in use, then measures the machine unless told not to.
 func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, error) {
 	n.target = n.cfg.Target
-	if n.target == "" {
+	fromServer := n.target == ""
+	if fromServer {
 		n.target = n.welcome.Target
 	}
 	if n.target == "" {
@@ -74,6 +76,11 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 	t, err := ResolveTarget(n.target)
 	if err != nil {
 		return control.Ready{}, n.fail(err.Error())
+	}
+	if fromServer {
+		if err := serverMayName(t); err != nil {
+			return control.Ready{}, n.fail(fmt.Sprintf("the server's target %q: %v", n.target, err))
+		}
 	}
 	n.target = t
 	// The disk this machine runs from is never overwritten; one that is
@@ -105,6 +112,21 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 		}
 	}
 	return ready, nil
+}
+
+// serverMayName checks a target the server named: only a block device.
+// A file is written only when the node's own -target names it, so that
+// whoever speaks for the server cannot have a node create or overwrite a
+// file of its choosing as root.
+func serverMayName(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%w (a node writes to a file only when its own -target names it)", err)
+	}
+	if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
+		return errors.New("not a block device: a node writes to a file only when its own -target names it")
+	}
+	return nil
 }
 
 // dialServer connects to the server, retrying with backoff for up to

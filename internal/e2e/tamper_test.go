@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,36 @@ func TestAlteredHelloIsRefused(t *testing.T) {
 				t.Errorf("dolly-server exited %d:\n%s", code, out)
 			}
 		})
+	}
+}
+
+// TestServerCannotNameAFile has the server name files as the target of a
+// node that names none: one that does not exist (where a cron job could
+// be planted) and one that does. The node must refuse both, exit
+// non-zero, create nothing and change nothing.
+func TestServerCannotNameAFile(t *testing.T) {
+	img, _, targets := keyCast(t, 1)
+	existing := targets[0]
+	before, _ := testimage.SHA256(existing, -1)
+	missing := filepath.Join(t.TempDir(), "cron.d", "dolly")
+	if err := os.MkdirAll(filepath.Dir(missing), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{missing, existing} {
+		addr := freePort(t)
+		srv := start(t, "dolly-server", "-image", img, "-chain", "-nodes", "1", "-listen", addr, "-target", target, "-no-probe", "-yes", "-join-timeout", "5s")
+		n := start(t, "dolly", "-server", addr, "-name", "pc01", "-listen-data", "127.0.0.1:0", "-no-probe", "-join-timeout", "10s")
+		if code := n.wait(t, time.Minute); code == 0 || !strings.Contains(n.out.String(), "not a block device") && !strings.Contains(n.out.String(), "no such file") {
+			t.Errorf("%s: node exit %d:\n%s", target, code, n.out.String())
+		}
+		if code := srv.wait(t, time.Minute); code == 0 {
+			t.Errorf("%s: dolly-server exited 0:\n%s", target, srv.out.String())
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("%s exists after the cast (%v)", missing, err)
+	}
+	if after, _ := testimage.SHA256(existing, -1); after != before {
+		t.Errorf("%s changed", existing)
 	}
 }

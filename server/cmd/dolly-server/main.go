@@ -84,7 +84,7 @@ func run() int {
 	tree := fs.Int("tree", 0, "cast along an n-ary tree with this fan-out")
 	star := fs.Bool("star", false, "send to every node from the server")
 	nodes := fs.Int("nodes", 0, "start once this many nodes have joined (required unless on a terminal)")
-	target := fs.String("target", "", "target on every node that names none, e.g. /dev/sda2")
+	target := fs.String("target", "", "target on every node that names none: a block device (/dev/sda2) or a disk: query; a node writes a file only when its own -target names it")
 	listen := fs.String("listen", server.DefaultListen, "control address nodes connect to")
 	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
