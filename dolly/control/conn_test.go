@@ -35,3 +35,32 @@ func TestControlMessagesAreTagged(t *testing.T) {
 		t.Fatalf("forged message: %v, want an authentication error", err)
 	}
 }
+
+func TestPrintableEscapesWhatCouldDriveATerminal(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"target /dev/sda2 is mounted", "target /dev/sda2 is mounted"},
+		{"red \x1b[31mALERT\x1b[0m", `red \x1b[31mALERT\x1b[0m`},
+		{"line\r\nfake line", `line\r\nfake line`},
+		{"bidi \u202egnp.exe", `bidi \u202egnp.exe`},
+		{"naïve ünïcode 日本", "naïve ünïcode 日本"},
+		{"bell\a and del\x7f", `bell\a and del\x7f`},
+	} {
+		if got := Printable(tc.in); got != tc.want {
+			t.Errorf("Printable(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestReceivedTextIsEscaped(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go NewConn(a).Send(Message{Type: MsgFail, Reason: "\x1b]0;owned\a\x1b[2J"})
+	m, err := NewConn(b).Recv(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `\x1b]0;owned\a\x1b[2J`; m.Reason != want {
+		t.Errorf("reason %q, want %q", m.Reason, want)
+	}
+}

@@ -7,6 +7,9 @@ package control
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
 
 	"dolly/dolly/stream"
 )
@@ -236,5 +239,42 @@ func (m *Message) validate() error {
 	if missing {
 		return fmt.Errorf("control message %q without its body", m.Type)
 	}
+	m.sanitize()
 	return nil
+}
+
+// sanitize escapes what a peer sends for people to read (reasons,
+// messages, paths) before it can reach a terminal or a log: a peer, keyed
+// or not, must not be able to move the cursor or rewrite the console.
+func (m *Message) sanitize() {
+	m.Reason = Printable(m.Reason)
+	if m.Result != nil {
+		m.Result.Message = Printable(m.Result.Message)
+	}
+	if m.Ready != nil {
+		m.Ready.Target = Printable(m.Ready.Target)
+	}
+	if m.Hello != nil {
+		m.Hello.Name = Printable(m.Hello.Name)
+	}
+}
+
+// Printable escapes every rune of s that is not printable (control
+// characters, escape sequences' ESC, bidirectional overrides) as Go
+// would quote it, and leaves the rest as it is.
+func Printable(s string) string {
+	bad := func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
+	if !strings.ContainsFunc(s, bad) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if bad(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

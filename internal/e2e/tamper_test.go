@@ -145,3 +145,42 @@ func TestServerCannotNameAFile(t *testing.T) {
 		t.Errorf("%s changed", existing)
 	}
 }
+
+// TestEscapesFromStrangersReachTheConsoleEscaped: a peer without the key
+// says hello to a keyed server and answers its challenge with a fail whose
+// reason holds terminal escape sequences (clear the screen, set the
+// window title). The server shows the refusal with the sequences escaped:
+// no ESC byte of theirs reaches the admin's console.
+func TestEscapesFromStrangersReachTheConsoleEscaped(t *testing.T) {
+	key := makeKey(t)
+	img, _, _ := keyCast(t, 0)
+	addr := freePort(t)
+	srv := start(t, "dolly-server", "-image", img, "-chain", "-nodes", "1", "-listen", addr, "-key", key, "-no-probe", "-yes", "-join-timeout", "3s")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	nc, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := control.NewConn(nc)
+	hello := control.Hello{Version: stream.Version, Name: "pc\x1b[5m01", DataAddr: "127.0.0.1:1", Nonce: []byte("0123456789abcdef")}
+	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &hello}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Recv(5 * time.Second); err != nil || m.Type != control.MsgChallenge {
+		t.Fatalf("after hello: %+v, %v", m, err)
+	}
+	const evil = "\x1b[2J\x1b]0;owned\a\x1b[31mtrust me"
+	if err := c.Send(control.Message{Type: control.MsgFail, Reason: evil}); err != nil {
+		t.Fatal(err)
+	}
+	srv.wait(t, time.Minute)
+	out := srv.out.String()
+	if strings.ContainsRune(out, 0x1b) || strings.ContainsRune(out, '\a') {
+		t.Errorf("a stranger's escape sequences reached the console:\n%q", out)
+	}
+	if !strings.Contains(out, `\x1b[2J\x1b]0;owned\a\x1b[31mtrust me`) || !strings.Contains(out, `pc\x1b[5m01`) {
+		t.Errorf("the refusal does not show what the stranger sent, escaped:\n%s", out)
+	}
+}
