@@ -2,38 +2,81 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"dolly/dolly/control"
+	"dolly/dolly/listen"
 )
 
 // acceptLoop takes nodes' control connections until the listener closes.
+// A connection whose peer has not yet said hello and proved the key is a
+// stranger's: each address may hold at most maxStrangers of them, and each
+// has helloTimeout to say hello in at most preAuthLimit bytes.
 func (s *Server) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
-				s.log.Warn("accept", "err", err)
-			}
+	listen.Serve(ctx, s.ln, s.log, func(c net.Conn) {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		if !s.strangers.enter(host) {
+			s.log.Warn("too many connections not yet admitted; closing one", "from", c.RemoteAddr())
+			c.Close()
 			return
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.handleNode(ctx, control.NewConn(c))
+			s.handleNode(ctx, control.NewConn(c), host)
 		}()
+	})
+}
+
+const (
+	maxStrangers = 64              // connections per address before admission
+	helloTimeout = 5 * time.Second // for a peer to say hello
+	preAuthLimit = 16 << 10        // bytes of a message before admission
+)
+
+// strangers counts the connections of each address not yet admitted.
+type strangers struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (g *strangers) enter(host string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n == nil {
+		g.n = map[string]int{}
+	}
+	if g.n[host] >= maxStrangers {
+		return false
+	}
+	g.n[host]++
+	return true
+}
+
+func (g *strangers) leave(host string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n[host]--; g.n[host] <= 0 {
+		delete(g.n, host)
 	}
 }
 
 // handleNode serves one node's control connection for its whole life: the
 // hello, the key handshake and the welcome here, then its messages
 // (serveNode).
-func (s *Server) handleNode(ctx context.Context, c *control.Conn) {
+func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	defer c.Close()
-	m, err := c.Recv(peerTimeout)
+	admitted := false
+	defer func() {
+		if !admitted {
+			s.strangers.leave(host)
+		}
+	}()
+	c.SetLimit(preAuthLimit)
+	m, err := c.Recv(helloTimeout)
 	if err != nil {
 		s.log.Warn("no hello", "from", c.RemoteAddr(), "err", err)
 		return
@@ -45,6 +88,11 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn) {
 	if !s.authenticate(c, m.Hello) {
 		return
 	}
+	// A node that proved the key, or any node of a cast without one, is
+	// no stranger any more.
+	admitted = true
+	s.strangers.leave(host)
+	c.SetLimit(control.MaxMessage)
 	// Whether a node may join, and how, depends on the image.
 	select {
 	case <-s.scanned:

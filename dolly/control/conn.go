@@ -31,10 +31,19 @@ type Conn struct {
 	// the session key cover it, so a hello altered on its way fails them.
 	tmu        sync.Mutex
 	transcript hash.Hash
+
+	limit int // the longest message Recv takes; MaxMessage unless lowered
 }
 
 // NewConn wraps a connection.
-func NewConn(c net.Conn) *Conn { return &Conn{c: c, r: bufio.NewReader(c), transcript: sha256.New()} }
+func NewConn(c net.Conn) *Conn {
+	return &Conn{c: c, r: bufio.NewReader(c), transcript: sha256.New(), limit: MaxMessage}
+}
+
+// SetLimit bounds the messages Recv takes to n bytes (at most MaxMessage):
+// a peer not yet admitted gets little room. Called by the goroutine that
+// calls Recv.
+func (c *Conn) SetLimit(n int) { c.limit = min(n, MaxMessage) }
 
 // record adds an untagged message body to the transcript.
 func (c *Conn) record(body []byte) {
@@ -104,7 +113,7 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 		c.c.SetReadDeadline(time.Now().Add(timeout))
 		defer c.c.SetReadDeadline(time.Time{})
 	}
-	body, err := readBody(c.r)
+	body, err := readBody(c.r, c.limit)
 	if err != nil {
 		return Message{}, err
 	}
@@ -125,7 +134,7 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 
 // ReadMessage decodes one length-prefixed, untagged message from r.
 func ReadMessage(r io.Reader) (Message, error) {
-	body, err := readBody(r)
+	body, err := readBody(r, MaxMessage)
 	if err != nil {
 		return Message{}, err
 	}
@@ -133,15 +142,15 @@ func ReadMessage(r io.Reader) (Message, error) {
 }
 
 // readBody reads one length-prefixed message body, refusing a length over
-// MaxMessage before allocating for it.
-func readBody(r io.Reader) ([]byte, error) {
+// limit before allocating for it.
+func readBody(r io.Reader, limit int) ([]byte, error) {
 	var lb [4]byte
 	if _, err := io.ReadFull(r, lb[:]); err != nil {
 		return nil, err
 	}
 	n := binary.LittleEndian.Uint32(lb[:])
-	if n == 0 || n > MaxMessage {
-		return nil, fmt.Errorf("control message of %d bytes (limit %d)", n, MaxMessage)
+	if n == 0 || n > uint32(limit) {
+		return nil, fmt.Errorf("control message of %d bytes (limit %d)", n, limit)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"dolly/dolly/castkey"
@@ -20,11 +22,7 @@ import (
 // join joins the cast on c: hello, key handshake, welcome; then it resolves and
 // checks the target, measures the machine and says it is ready. It returns
 // the node's place in the plan.
-func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, error) {
-	m, err := n.hello(c, nil, 0)
-	if err != nil {
-		return nil, fmt.Errorf("joining: %w", err)
-	}
+func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*control.Assign, error) {
 	switch m.Type {
 	case control.MsgReject:
 		return nil, fmt.Errorf("server refused this node: %s", m.Reason)
@@ -60,6 +58,50 @@ func (n *node) join(ctx context.Context, c *control.Conn) (*control.Assign, erro
 			return nil, fmt.Errorf("waiting for the cast: unexpected %s message", m.Type)
 		}
 	}
+}
+
+// meet connects to the server and says hello, and returns the connection
+// with the server's answer. A server that drops the connection before it
+// answers (one busy with strangers, or out of descriptors) is tried again,
+// with a growing pause, until the join timeout.
+func (n *node) meet(ctx context.Context) (*control.Conn, control.Message, error) {
+	var deadline time.Time
+	if n.cfg.JoinTimeout > 0 {
+		deadline = time.Now().Add(n.cfg.JoinTimeout)
+	}
+	pause := 100 * time.Millisecond
+	for {
+		limit := time.Duration(0)
+		if !deadline.IsZero() {
+			limit = max(time.Until(deadline), time.Millisecond)
+		}
+		c, err := n.dialServer(ctx, limit)
+		if err != nil {
+			return nil, control.Message{}, err
+		}
+		m, err := n.hello(c, nil, 0)
+		if err == nil {
+			return c, m, nil
+		}
+		c.Close()
+		if !dropped(err) || ctx.Err() != nil || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
+			return nil, m, fmt.Errorf("joining: %w", err)
+		}
+		n.log.Info("the server closed the connection before answering; trying again", "err", err, "pause", pause)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, m, ctx.Err()
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// dropped reports whether err is a connection the other end closed or
+// reset, rather than an answer.
+func dropped(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // checkTarget resolves the target and checks that the image fits and that

@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 }
 
 func (n *node) run(ctx context.Context) (Result, error) {
-	c, err := n.dialServer(ctx, n.cfg.JoinTimeout)
+	c, m, err := n.meet(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -181,7 +181,7 @@ func (n *node) run(ctx context.Context) (Result, error) {
 	defer n.ctl.close()
 	stop := context.AfterFunc(ctx, n.ctl.close)
 	defer stop()
-	a, err := n.join(ctx, c)
+	a, err := n.join(ctx, c, m)
 	if err != nil {
 		return Result{}, err
 	}

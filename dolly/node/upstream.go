@@ -10,6 +10,7 @@ import (
 
 	"dolly/dolly/control"
 	"dolly/dolly/dial"
+	"dolly/dolly/listen"
 	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 )
@@ -78,13 +79,11 @@ func (n *node) streamHeader(ctx context.Context) (stream.StreamHeader, error) {
 func (n *node) acceptData(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { n.ln.Close() })
 	defer stop()
-	for seq := uint64(1); ; seq++ {
-		c, err := n.ln.Accept()
-		if err != nil {
-			return
-		}
+	var seq uint64
+	listen.Serve(ctx, n.ln, n.log, func(c net.Conn) {
+		seq++
 		go n.takeData(ctx, c, seq)
-	}
+	})
 }
 
 // takeData runs the handshake of c, the seq-th data connection accepted,

@@ -72,7 +72,10 @@ func (b *syncBuffer) String() string {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(filepath.Join(bin, name), args...), done: make(chan struct{})}
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(bin, name) // one of dolly's programs
+	}
+	p := &proc{cmd: exec.Command(name, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"dolly/dolly/dial"
 	"dolly/dolly/stream"
 	"dolly/imaging"
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
 
@@ -182,5 +184,53 @@ func TestEscapesFromStrangersReachTheConsoleEscaped(t *testing.T) {
 	}
 	if !strings.Contains(out, `\x1b[2J\x1b]0;owned\a\x1b[31mtrust me`) || !strings.Contains(out, `pc\x1b[5m01`) {
 		t.Errorf("the refusal does not show what the stranger sent, escaped:\n%s", out)
+	}
+}
+
+// TestIdleStrangersDoNotStopJoining holds 80 idle connections open to a
+// server allowed 64 descriptors: its accepts fail with EMFILE until idle
+// strangers are dropped (each has a few seconds to say hello). A real
+// node must still join and cast within 10 s.
+func TestIdleStrangersDoNotStopJoining(t *testing.T) {
+	testenv.RequireProgram(t, "prlimit", "util-linux")
+	prlimit, _ := exec.LookPath("prlimit")
+	img, want, targets := keyCast(t, 1)
+	addr := freePort(t)
+	srv := start(t, prlimit, "--nofile=64:64", "--", filepath.Join(bin, "dolly-server"),
+		"-image", img, "-chain", "-nodes", "1", "-listen", addr, "-no-probe", "-yes", "-join-timeout", "30s")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	first, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := []net.Conn{first}
+	for len(idle) < 80 {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", len(idle)+1, err)
+		}
+		idle = append(idle, c)
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	began := time.Now()
+	n := start(t, "dolly", "-server", addr, "-target", targets[0], "-name", "pc01", "-listen-data", "127.0.0.1:0", "-no-probe", "-join-timeout", "10s")
+	if code := n.wait(t, time.Minute); code != 0 {
+		t.Fatalf("node exited %d after %s:\n%s\nserver:\n%s", code, time.Since(began), n.out.String(), srv.out.String())
+	}
+	took := time.Since(began)
+	if took > 10*time.Second {
+		t.Errorf("the node took %s to join and cast", took)
+	}
+	t.Logf("with 80 idle connections and 64 descriptors, the node joined and cast in %s", took.Round(time.Millisecond))
+	if got, _ := testimage.SHA256(targets[0], 8<<20); got != want {
+		t.Error("the target differs from the image")
+	}
+	if code := srv.wait(t, time.Minute); code != 0 {
+		t.Errorf("dolly-server exited %d:\n%s", code, srv.out.String())
 	}
 }
