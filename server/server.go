@@ -158,7 +158,7 @@ type Server struct {
 	// netResults collects bandwidth probe reports while the network is
 	// measured; nil otherwise.
 	netResults *netWaiter
-	strangers  strangers // connections not yet admitted, per address
+	strangers  strangers    // connections not yet admitted, per address
 	netFigs    netFigures   // what the bandwidth probes measured before the plan
 	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast
