@@ -9,6 +9,7 @@ import (
 
 	"dolly/dolly/control"
 	"dolly/dolly/listen"
+	"dolly/dolly/stream"
 )
 
 // acceptLoop takes nodes' control connections until the listener closes.
@@ -115,6 +116,12 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	w := control.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
 		MeasureTarget: s.confirmed(), Probe: n.probes}
+	if s.cfg.Key == nil {
+		w.DataToken = stream.NewToken()
+		s.mu.Lock()
+		n.token = w.DataToken
+		s.mu.Unlock()
+	}
 	if err := c.Send(control.Message{Type: control.MsgWelcome, Welcome: &w}); err != nil {
 		s.lostNode(n, c, err)
 		return

@@ -88,7 +88,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		n := p.nodes[v-1]
 		a := control.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
 		for _, w := range kids[v] {
-			a.Children = append(a.Children, control.Peer{Name: p.name(w), Addr: p.nodes[w-1].dataAddr})
+			a.Children = append(a.Children, s.peer(p.nodes[w-1]))
 		}
 		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
 			s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})

@@ -233,11 +233,19 @@ func (s *Server) rewire(ctx context.Context, r rewiring) {
 			s.attachToSource(ctx, l.node)
 			continue
 		}
-		peer := control.Peer{Name: l.node.name, Addr: l.node.dataAddr}
+		peer := s.peer(l.node)
 		if err := l.up.node.conn.Send(control.Message{Type: control.MsgAttach, Peer: &peer}); err != nil {
 			s.post(castEvent{kind: evAttachFailed, node: l.up.node, child: l.node.name, reason: err.Error()})
 		}
 	}
+}
+
+// peer is what a node's upstream needs to send to n: its name, its data
+// address and, in a cast without a key, its data token.
+func (s *Server) peer(n *nodeState) control.Peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return control.Peer{Name: n.name, Addr: n.dataAddr, Token: n.token}
 }
 
 // attachToSource has the source serve n; failing that, n is out.

@@ -127,7 +127,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 		wg.Add(1)
 		go func(id uint64) {
 			defer wg.Done()
-			if err := s.sendProbe(ctx, n.dataAddr, id, d); err != nil {
+			if err := s.sendProbe(ctx, s.peer(n), id, d); err != nil {
 				w.report(control.NetResult{ID: id, Error: err.Error()})
 			}
 		}(id)
@@ -154,7 +154,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			next := ready[(i+1)%len(ready)]
 			id++
 			ids = append(ids, id)
-			p := control.NetProbe{ID: id, To: next.dataAddr, Seconds: d.Seconds(), Bytes: netProbeBytes}
+			p := control.NetProbe{ID: id, To: next.dataAddr, Token: s.peer(next).Token, Seconds: d.Seconds(), Bytes: netProbeBytes}
 			if err := n.conn.Send(control.Message{Type: control.MsgNetProbe, NetProbe: &p}); err != nil {
 				w.report(control.NetResult{ID: id, Error: err.Error()})
 			}
@@ -183,13 +183,13 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 }
 
 // sendProbe sends one bandwidth probe from the source to addr.
-func (s *Server) sendProbe(ctx context.Context, addr string, id uint64, d time.Duration) error {
-	c, err := dial.Data(ctx, addr, time.Now().Add(d+time.Second))
+func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d time.Duration) error {
+	c, err := dial.Data(ctx, to.Addr, time.Now().Add(d+time.Second))
 	if err != nil {
-		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", addr, err)
+		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", to.Addr, err)
 	}
 	defer c.Close()
-	if err := stream.OpenProbe(c, id, s.frameKey()); err != nil {
+	if err := stream.OpenProbe(c, id, s.frameKey(), to.Token); err != nil {
 		return err
 	}
 	_, err = probe.SendFor(ctx, c, d, netProbeBytes)

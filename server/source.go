@@ -227,7 +227,7 @@ func (src *source) connect(ctx context.Context, n *nodeState) (net.Conn, int64, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("dolly-server cannot connect to it at %s: %w", n.dataAddr, err)
 	}
-	pos, err := stream.OpenStream(c, src.header, src.s.frameKey())
+	pos, err := stream.OpenStream(c, src.header, src.s.frameKey(), src.s.peer(n).Token)
 	if err != nil {
 		c.Close()
 		return nil, 0, err

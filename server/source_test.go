@@ -59,7 +59,7 @@ func TestAttachSeparatelyLeavesNothingOnError(t *testing.T) {
 			return
 		}
 		cancel() // the cast ends before the server has its answer
-		if err := in.Answer(nil, 1<<20); err != nil {
+		if err := in.Answer(nil, nil, 1<<20); err != nil {
 			hungUp <- err
 			return
 		}

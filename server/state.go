@@ -41,6 +41,7 @@ type nodeState struct {
 	probe      *capacity.Probe // what the node measured, if it did
 	machine    string          // tells nodes on one machine apart from the rest
 	probes     bool            // it measures its machine for the others on it
+	token      []byte          // its data token from its latest welcome (unkeyed casts)
 	conn       *control.Conn
 
 	status status

@@ -132,6 +132,9 @@ type Welcome struct {
 	// the first node of each machine does, and the others of that machine
 	// share its figures, as they share its hardware.
 	Probe bool `json:"probe,omitempty"`
+	// DataToken, in a cast without a key, is the node's own: a peer opening
+	// its data connection must prove it knows it (see stream.NewToken).
+	DataToken []byte `json:"data_token,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to
@@ -146,8 +149,9 @@ type Ready struct {
 
 // Peer is another node on the data path.
 type Peer struct {
-	Name string `json:"name"`
-	Addr string `json:"addr"`
+	Name  string `json:"name"`
+	Addr  string `json:"addr"`
+	Token []byte `json:"token,omitempty"` // its data token, when sending to it (unkeyed casts)
 }
 
 // Assign places a node in the plan.
@@ -192,6 +196,7 @@ type Result struct {
 type NetProbe struct {
 	ID      uint64  `json:"id"`
 	To      string  `json:"to"` // the receiver's data address
+	Token   []byte  `json:"token,omitempty"` // the receiver's data token (unkeyed casts)
 	Seconds float64 `json:"seconds"`
 	Bytes   int64   `json:"bytes"`
 }

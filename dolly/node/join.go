@@ -33,6 +33,7 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		return nil, fmt.Errorf("joining: unexpected %s message", m.Type)
 	}
 	n.welcome = *m.Welcome
+	n.token.Store(&m.Welcome.DataToken)
 	if n.cfg.Key != nil {
 		n.frameKey = stream.NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
 	}

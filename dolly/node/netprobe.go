@@ -30,7 +30,7 @@ func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
 			return err
 		}
 		defer c.Close()
-		if err := stream.OpenProbe(c, p.ID, n.frameKey); err != nil {
+		if err := stream.OpenProbe(c, p.ID, n.frameKey, p.Token); err != nil {
 			return err
 		}
 		_, err = probe.SendFor(ctx, c, d, p.Bytes)

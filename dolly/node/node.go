@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"dolly/dolly/castkey"
@@ -99,6 +100,9 @@ type node struct {
 	ctl *session     // the control connection, across lost servers
 
 	welcome control.Welcome
+	// token is this node's data token from its latest welcome (unkeyed
+	// casts): upstreams must prove they know it.
+	token atomic.Pointer[[]byte]
 	// frameKey checks (and decrypts) the frames of a keyed cast; nil in
 	// an unkeyed one.
 	frameKey *stream.FrameKey
@@ -193,6 +197,14 @@ func (n *node) run(ctx context.Context) (Result, error) {
 func (n *node) fail(reason string) error {
 	n.ctl.send(control.Message{Type: control.MsgFail, Reason: reason})
 	return errors.New(reason)
+}
+
+// dataToken is this node's data token; nil in a keyed cast.
+func (n *node) dataToken() []byte {
+	if t := n.token.Load(); t != nil {
+		return *t
+	}
+	return nil
 }
 
 func (n *node) result() Result {

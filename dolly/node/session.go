@@ -154,6 +154,7 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 			n.log.Warn("rejoining the server failed", "err", err)
 		case m.Type == control.MsgWelcome && m.Welcome.Resumed && m.Welcome.Encrypted == n.welcome.Encrypted:
 			n.log.Info("back with the server", "pos", resume.Pos)
+			n.token.Store(&m.Welcome.DataToken) // a restarted server hands out its own
 			return c
 		default:
 			n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)

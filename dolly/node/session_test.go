@@ -139,7 +139,7 @@ func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if pos, err := stream.OpenStream(up, h, nil); err != nil || pos != 0 {
+	if pos, err := stream.OpenStream(up, h, nil, nil); err != nil || pos != 0 {
 		t.Fatalf("opening the stream: pos %d, %v", pos, err)
 	}
 	half := len(data) / 2

@@ -53,7 +53,7 @@ func (n *node) attachChild(ctx context.Context, p control.Peer) error {
 	if err != nil {
 		return fmt.Errorf("cannot connect to child %s at %s: %w", p.Name, p.Addr, err)
 	}
-	pos, err := stream.OpenStream(c, h, n.frameKey)
+	pos, err := stream.OpenStream(c, h, n.frameKey, p.Token)
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("child %s: %w", p.Name, err)
@@ -95,7 +95,7 @@ func (n *node) takeData(ctx context.Context, c net.Conn, seq uint64) {
 	defer stop()
 	in, err := stream.AcceptStream(c)
 	if err == nil {
-		err = in.Verify(n.frameKey)
+		err = in.Verify(n.frameKey, n.dataToken())
 	}
 	if err != nil {
 		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
@@ -159,7 +159,7 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, in *stream.Incoming
 		return
 	}
 	if err == nil {
-		err = in.Answer(n.frameKey, pos)
+		err = in.Answer(n.frameKey, n.dataToken(), pos)
 	}
 	if err != nil {
 		n.log.Warn("upstream connection failed", "from", c.RemoteAddr(), "err", err)

@@ -100,8 +100,8 @@ func (k *FrameKey) open(seq uint64, frame []byte, hdrLen, n int, scratch []byte)
 }
 
 // dataProof is a data-connection handshake proof.
-func (k *FrameKey) dataProof(who string, parts ...[]byte) []byte {
-	var key []byte
+func (k *FrameKey) dataProof(token []byte, who string, parts ...[]byte) []byte {
+	key := token // an unkeyed cast: the receiving node's token
 	if k != nil {
 		key = k.data
 	}

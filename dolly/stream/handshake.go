@@ -24,8 +24,8 @@ import (
 // and the upstream streams on from that position. So a child that lost its
 // upstream resumes from the byte it had reached, from whichever node (or
 // the source) it is given next. In an unkeyed cast the proofs are made
-// without a key: they then only catch a peer that is not a dolly of this
-// cast.
+// with the child's token (see NewToken) in place of the key: only a peer
+// the server sent to that child can open its stream.
 
 // A bandwidth probe opens a data connection the same way, but sends a probe
 // preamble (its magic and a probe ID) in place of the stream header, then
@@ -36,9 +36,20 @@ const handshakeTimeout = 30 * time.Second
 
 const proofLen = 32
 
+// TokenLen is the length of a node's data token.
+const TokenLen = 16
+
+// NewToken makes a node's data token. In a cast without a key the server
+// gives each node its own and tells it only to the peers it sends to that
+// node: the data handshake's proofs are made with it, so a stranger who
+// knows the cast cannot become a node's upstream. In a keyed cast the key
+// does that, and tokens are not used.
+func NewToken() []byte { return castkey.NewNonce()[:TokenLen] }
+
 // OpenStream opens the stream with header h on c, an upstream's new
 // connection to a child, and returns the position the child answered.
-func OpenStream(c net.Conn, h StreamHeader, key *FrameKey) (int64, error) {
+// token is the child's (unkeyed casts).
+func OpenStream(c net.Conn, h StreamHeader, key *FrameKey, token []byte) (int64, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer c.SetDeadline(time.Time{})
 	childNonce := make([]byte, castkey.NonceLen)
@@ -47,7 +58,7 @@ func OpenStream(c net.Conn, h StreamHeader, key *FrameKey) (int64, error) {
 	}
 	hb := h.MarshalBinary()
 	nonce := castkey.NewNonce()
-	msg := append(append(hb, nonce...), key.dataProof("upstream", childNonce, nonce, hb)...)
+	msg := append(append(hb, nonce...), key.dataProof(token, "upstream", childNonce, nonce, hb)...)
 	if _, err := c.Write(msg); err != nil {
 		return 0, fmt.Errorf("sending the stream header: %w", err)
 	}
@@ -55,7 +66,7 @@ func OpenStream(c net.Conn, h StreamHeader, key *FrameKey) (int64, error) {
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return 0, fmt.Errorf("reading the child's position: %w", err)
 	}
-	if !hmac.Equal(b[8:], key.dataProof("child", childNonce, nonce, b[:8])) {
+	if !hmac.Equal(b[8:], key.dataProof(token, "child", childNonce, nonce, b[:8])) {
 		return 0, fmt.Errorf("the child does not prove the cast key: %w", castkey.ErrAuth)
 	}
 	pos := int64(binary.LittleEndian.Uint64(b[:8]))
@@ -72,7 +83,7 @@ var probeMagic = [8]byte{'D', 'O', 'L', 'L', 'Y', 'P', 'R', 'B'}
 // OpenProbe opens a bandwidth probe with ID id on c, a new connection to a
 // node's data listener: once it returns, what is written to c is counted
 // and thrown away by the node.
-func OpenProbe(c net.Conn, id uint64, key *FrameKey) error {
+func OpenProbe(c net.Conn, id uint64, key *FrameKey, token []byte) error {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer c.SetDeadline(time.Time{})
 	childNonce := make([]byte, castkey.NonceLen)
@@ -83,7 +94,7 @@ func OpenProbe(c net.Conn, id uint64, key *FrameKey) error {
 	copy(pre, probeMagic[:])
 	binary.LittleEndian.PutUint64(pre[8:], id)
 	nonce := castkey.NewNonce()
-	msg := append(append(pre, nonce...), key.dataProof("probe", childNonce, nonce, pre)...)
+	msg := append(append(pre, nonce...), key.dataProof(token, "probe", childNonce, nonce, pre)...)
 	if _, err := c.Write(msg); err != nil {
 		return fmt.Errorf("opening the probe: %w", err)
 	}
@@ -131,26 +142,27 @@ func AcceptStream(c net.Conn) (*Incoming, error) {
 	return in, nil
 }
 
-// Verify checks the upstream's proof and the header's protection.
-func (in *Incoming) Verify(key *FrameKey) error {
+// Verify checks the upstream's proof and the header's protection; token
+// is this node's own (unkeyed casts).
+func (in *Incoming) Verify(key *FrameKey, token []byte) error {
 	if in.Probe != 0 {
-		if !hmac.Equal(in.proof, key.dataProof("probe", in.nonce, in.theirs, in.header)) {
+		if !hmac.Equal(in.proof, key.dataProof(token, "probe", in.nonce, in.theirs, in.header)) {
 			return fmt.Errorf("the prober does not prove the cast key: %w", castkey.ErrAuth)
 		}
 		return nil
 	}
-	if !hmac.Equal(in.proof, key.dataProof("upstream", in.nonce, in.theirs, in.header)) {
+	if !hmac.Equal(in.proof, key.dataProof(token, "upstream", in.nonce, in.theirs, in.header)) {
 		return fmt.Errorf("the upstream does not prove the cast key: %w", castkey.ErrAuth)
 	}
 	return in.Header.Verify(key)
 }
 
 // Answer sends the position to stream from, with the child's proof.
-func (in *Incoming) Answer(key *FrameKey, pos int64) error {
+func (in *Incoming) Answer(key *FrameKey, token []byte, pos int64) error {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(pos))
 	in.c.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	defer in.c.SetWriteDeadline(time.Time{})
-	_, err := in.c.Write(append(b[:], key.dataProof("child", in.nonce, in.theirs, b[:])...))
+	_, err := in.c.Write(append(b[:], key.dataProof(token, "child", in.nonce, in.theirs, b[:])...))
 	return err
 }

@@ -112,21 +112,30 @@ func TestManInTheMiddleIsCaught(t *testing.T) {
 	}
 }
 
+// TestDataHandshakeNeedsTheKey: the key in a keyed cast, the child's own
+// token in an unkeyed one.
 func TestDataHandshakeNeedsTheKey(t *testing.T) {
 	k := testKey(t)
 	right := NewFrameKey(k, CastID{1}, false)
 	wrong := NewFrameKey(testKey(t), CastID{1}, false)
 	h := StreamHeader{Version: Version, Encoding: imaging.Raw, FrameSize: 1 << 20, Cast: CastID{1}, ImageSize: 10, StreamSize: 10}
 	h.seal(right)
+	token, other := NewToken(), NewToken()
+	unkeyed := h
+	unkeyed.seal(nil)
 	tests := []struct {
-		name       string
-		up, child  *FrameKey
-		upOK, chOK bool
+		name         string
+		up, child    *FrameKey
+		upTok, chTok []byte // unkeyed: the token the upstream was told, the child's own
+		upOK, chOK   bool
 	}{
-		{"same key", right, right, true, true},
-		{"child has another key", right, wrong, false, false},
-		{"child has no key", right, nil, false, false},
-		{"upstream has another key", wrong, right, false, false},
+		{"same key", right, right, nil, nil, true, true},
+		{"child has another key", right, wrong, nil, nil, false, false},
+		{"child has no key", right, nil, nil, nil, false, false},
+		{"upstream has another key", wrong, right, nil, nil, false, false},
+		{"unkeyed, the child's token", nil, nil, token, token, true, true},
+		{"unkeyed, a stranger guesses no token", nil, nil, nil, token, false, false},
+		{"unkeyed, another node's token", nil, nil, other, token, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,16 +148,20 @@ func TestDataHandshakeNeedsTheKey(t *testing.T) {
 			}
 			upc := make(chan res, 1)
 			go func() {
-				pos, err := OpenStream(a, h, tt.up)
+				hdr := h
+				if tt.up == nil {
+					hdr = unkeyed
+				}
+				pos, err := OpenStream(a, hdr, tt.up, tt.upTok)
 				upc <- res{pos, err}
 				a.Close()
 			}()
 			in, err := AcceptStream(b)
 			if err == nil {
-				err = in.Verify(tt.child)
+				err = in.Verify(tt.child, tt.chTok)
 			}
 			if err == nil {
-				err = in.Answer(tt.child, 42)
+				err = in.Answer(tt.child, tt.chTok, 42)
 			} else {
 				b.Close()
 			}

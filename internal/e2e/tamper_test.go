@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -232,5 +233,62 @@ func TestIdleStrangersDoNotStopJoining(t *testing.T) {
 	}
 	if code := srv.wait(t, time.Minute); code != 0 {
 		t.Errorf("dolly-server exited %d:\n%s", code, srv.out.String())
+	}
+}
+
+// TestStrangerCannotFeedANode: in a cast without a key, a stranger who
+// knows the cast (it joined as a node itself and got its ID) opens a data
+// connection to a real node with a correct stream header. The node must
+// drop it at the handshake: only a peer the server sends to that node
+// knows its data token.
+func TestStrangerCannotFeedANode(t *testing.T) {
+	img, _, targets := keyCast(t, 1)
+	before, _ := testimage.SHA256(targets[0], -1)
+	addr, data := freePort(t), freePort(t)
+	start(t, "dolly-server", "-image", img, "-chain", "-nodes", "3", "-listen", addr, "-no-probe", "-yes", "-join-timeout", "30s")
+	node := start(t, "dolly", "-server", addr, "-target", targets[0], "-name", "pc01", "-listen-data", data, "-no-probe", "-join-timeout", "30s")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	nc, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := control.NewConn(nc)
+	hello := control.Hello{Version: stream.Version, Name: "stranger", DataAddr: "127.0.0.1:1"}
+	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &hello}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Recv(10 * time.Second)
+	if err != nil || m.Type != control.MsgWelcome {
+		t.Fatalf("the stranger's hello: %+v, %v", m, err)
+	}
+	h := stream.StreamHeader{Version: stream.Version, Encoding: imaging.Raw, FrameSize: stream.DefaultFrameSize,
+		Cast: m.Welcome.Cast, ImageSize: m.Welcome.ImageSize, StreamSize: m.Welcome.ImageSize}
+	// pc01 listens once it has joined; the stranger tries until then.
+	up, err := dial.Backoff(ctx, data, 20*time.Millisecond, 200*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	up.SetDeadline(time.Now().Add(10 * time.Second))
+	pos, err := stream.OpenStream(up, h, nil, nil)
+	if err == nil {
+		t.Fatalf("pc01 took the stranger as its upstream (from byte %d)", pos)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("pc01 neither took nor dropped the stranger's stream: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(node.out.String(), "dropped data connection") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling the node's log: there is nothing to wait on
+	}
+	if !strings.Contains(node.out.String(), "does not prove") {
+		t.Errorf("pc01 does not say why it dropped the stranger:\n%s", node.out.String())
+	}
+	if after, _ := testimage.SHA256(targets[0], -1); after != before {
+		t.Error("pc01's target changed")
 	}
 }

@@ -148,7 +148,8 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 		}
 		badConn(t, addr, junk)
 	}
-	name := strings.Repeat("n", control.MaxMessage-200)
+	name := strings.Repeat("n", 1000)
+	huge := strings.Repeat("n", control.MaxMessage-200)
 	tests := []struct {
 		name    string
 		payload []byte
@@ -161,8 +162,9 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 		{"hello without its body", message([]byte(`{"type":"hello"}`))},
 		{"not a hello first", jsonMessage(t, control.Message{Type: control.MsgDone, Done: &control.Done{Digest: "00"}})},
 		{"hello of another version", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: 999, Name: "x", DataAddr: ":1"}})},
-		{"hello with a huge name", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: name, DataAddr: "127.0.0.1:9"}})},
-		{"hello over the size limit", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: name + name, DataAddr: ":9"}})},
+		{"hello with a long name", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: name, DataAddr: "127.0.0.1:9"}})},
+		{"hello over the limit before admission", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: huge, DataAddr: "127.0.0.1:9"}})},
+		{"hello over the size limit", jsonMessage(t, control.Message{Type: control.MsgHello, Hello: &control.Hello{Version: stream.Version, Name: huge + huge, DataAddr: ":9"}})},
 		{"half a message", message([]byte(`{"type":"hello","hello":{"version":1,"name":"pc99","data_addr":":7"}}`))[:30]},
 		{"half a length", []byte{0x10, 0x00}},
 	}
@@ -189,9 +191,13 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 	if !strings.Contains(out, "1 of 1 nodes verified") {
 		t.Errorf("server output lacks \"1 of 1 nodes verified\":\n%.4000s", out)
 	}
-	// The huge name was refused, not shown: it would flood the admin's view.
-	if strings.Contains(out, name[:1000]) || !strings.Contains(out, "node name") {
-		t.Errorf("the huge node name was not refused:\n%.4000s", out)
+	// The long name was refused, not shown: it would flood the admin's
+	// view; the huge one was not even read.
+	if strings.Contains(out, name) || !strings.Contains(out, "node name") {
+		t.Errorf("the long node name was not refused:\n%.4000s", out)
+	}
+	if !strings.Contains(out, "(limit 16384)") {
+		t.Errorf("the huge hello was not refused before it was read:\n%.4000s", out)
 	}
 }
 
