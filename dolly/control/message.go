@@ -195,7 +195,7 @@ type Result struct {
 // listener: for Seconds, and no more than Bytes.
 type NetProbe struct {
 	ID      uint64  `json:"id"`
-	To      string  `json:"to"` // the receiver's data address
+	To      string  `json:"to"`              // the receiver's data address
 	Token   []byte  `json:"token,omitempty"` // the receiver's data token (unkeyed casts)
 	Seconds float64 `json:"seconds"`
 	Bytes   int64   `json:"bytes"`
