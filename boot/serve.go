@@ -150,6 +150,11 @@ func New(cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           httpHandler(script, c.Kernel, c.Initramfs, s.log),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A kernel and an initramfs at a slow firmware's pace take a
+		// while; a client that stalls longer is let go.
+		WriteTimeout: 10 * time.Minute,
+		IdleTimeout:  time.Minute,
 	}
 	s.tftp = newTFTP(map[string]string{biosName: c.BIOSFile, efiName: c.EFIFile}, s.log)
 

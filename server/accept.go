@@ -113,7 +113,10 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	s.log.Info("node joined", "node", n.name, "from", n.from, "resumed", n.resumed)
 	s.signal()
 	defer s.signal()
-	w := control.Welcome{Cast: s.cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
+	s.mu.Lock()
+	cast := s.cast // a node taking a cast up may set it
+	s.mu.Unlock()
+	w := control.Welcome{Cast: cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
 		MeasureTarget: s.confirmed(), Probe: n.probes}
 	if s.cfg.Key == nil {

@@ -5,6 +5,7 @@ package castkey
 import (
 	"crypto/hkdf"
 	"crypto/hmac"
+	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -35,8 +36,16 @@ import (
 // Key is a cast key's secret.
 type Key []byte
 
-// minKeyLen is the shortest secret taken: shorter ones are guessable.
-const minKeyLen = 16
+// A key is either random (dolly key writes 64 hex digits; any run of at
+// least minRandomHex hex digits counts) and taken as it is, or a
+// passphrase: then at least minPassphrase characters, stretched with
+// PBKDF2 so that each guess costs an attacker what it costs a node to
+// start.
+const (
+	minRandomHex     = 32 // 128 bits
+	minPassphrase    = 20
+	passphraseRounds = 600_000
+)
 
 // NewKey makes a random cast key, as dolly key writes it: 64 hex digits.
 func NewKey() Key {
@@ -49,10 +58,34 @@ func NewKey() Key {
 // command line); surrounding space does not count.
 func ParseKey(text string) (Key, error) {
 	k := strings.TrimSpace(text)
-	if len(k) < minKeyLen {
-		return nil, fmt.Errorf("cast key of %d characters is too short (at least %d): make one with \"dolly key -o FILE\"", len(k), minKeyLen)
+	if len(k) >= minRandomHex && isHex(k) {
+		return Key(k), nil
 	}
-	return Key(k), nil
+	if len(k) < minPassphrase {
+		return nil, fmt.Errorf("cast key of %d characters is too short: make one with \"dolly key -o FILE\" (or use a passphrase of at least %d characters)", len(k), minPassphrase)
+	}
+	stretched, err := pbkdf2.Key(sha256.New, k, []byte("dolly cast key passphrase"), passphraseRounds, 32)
+	if err != nil {
+		return nil, fmt.Errorf("stretching the passphrase: %w", err)
+	}
+	return Key(stretched), nil
+}
+
+func isHex(s string) bool {
+	return strings.Trim(s, "0123456789abcdefABCDEF") == ""
+}
+
+// FileWarning says what is wrong with how a key file is kept, or "": one
+// that others can read (or write) gives the cast away.
+func FileWarning(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Sprintf("key file %s can be read or written by others (mode %04o): chmod 600 %s", path, perm, path)
+	}
+	return ""
 }
 
 // ReadKeyFile reads a cast key from a file.

@@ -97,6 +97,9 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
 			return 2
 		}
+		if w := castkey.FileWarning(*keyFile); w != "" {
+			fmt.Fprintf(os.Stderr, "dolly: warning: %s\n", w)
+		}
 		key = k
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -208,6 +208,9 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 			return 2
 		}
+		if w := castkey.FileWarning(*keyFile); w != "" {
+			fmt.Fprintf(os.Stderr, "dolly-server: warning: %s\n", w)
+		}
 		cfg.Key, cfg.Encrypt = k, *encrypt
 	case *encrypt:
 		return usageErr("-encrypt needs -key FILE (make one with: dolly key -o FILE)")
