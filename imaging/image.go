@@ -190,12 +190,18 @@ func ReadFull(r io.Reader, p []byte) (int, error) {
 }
 
 // Fingerprint identifies the image file cheaply: its size, encoding and
-// SHA-256 over samples from all over it. A restarted server compares it
-// with what its nodes remember before taking their cast up again; the
-// content digest at the end catches what samples cannot.
+// SHA-256 over samples from all over it, and for a regular file its
+// modification time, which any write in place changes. A restarted
+// server compares it with what its nodes remember before taking their cast
+// up again under the same cast ID, and so the same frame keys: frames of
+// other bytes under the same key and frame numbers would reuse AES-GCM
+// nonces. The content digest at the end catches what samples cannot.
 func (im *Image) Fingerprint() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%d %s\n", im.StreamSize, im.Encoding)
+	if st, err := im.f.Stat(); err == nil && st.Mode().IsRegular() {
+		fmt.Fprintf(h, "mtime %d\n", st.ModTime().UnixNano())
+	}
 	const samples, block = 32, 16 << 10
 	buf := make([]byte, block)
 	step := max(im.StreamSize/samples, 1)
