@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net"
 	"sync"
@@ -119,6 +120,9 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	w := control.Welcome{Cast: cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
 		MeasureTarget: s.confirmed(), Probe: n.probes}
+	if s.signer != nil {
+		w.SignKey = s.signer.Public().(ed25519.PublicKey)
+	}
 	if s.cfg.Key == nil {
 		w.DataToken = stream.NewToken()
 		s.mu.Lock()

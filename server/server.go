@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -147,6 +148,9 @@ type Server struct {
 	probe  probe.Report
 
 	fingerprint string // of the image, for nodes that come back
+	// signer signs every frame of a keyed cast; nodes get its public half
+	// in their welcome.
+	signer ed25519.PrivateKey
 	// resume is set when the nodes bring a cast under way: a restarted
 	// server takes it up where it was.
 	resume *control.Resume
@@ -172,6 +176,13 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		scanned: make(chan struct{}), probed: make(chan struct{}), events: make(chan castEvent, 1024), tree: newCastTree()}
 	if _, err := rand.Read(s.cast[:]); err != nil {
 		return Summary{}, err
+	}
+	if cfg.Key != nil {
+		_, signer, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return Summary{}, err
+		}
+		s.signer = signer
 	}
 	if err := stream.CheckFrameSize(cfg.FrameSize); err != nil {
 		return Summary{}, err

@@ -71,7 +71,10 @@ func (s *Server) newFeed(ctx context.Context, send imaging.Encoding, cfg relay.C
 	if err != nil {
 		return nil, err
 	}
-	enc.SetKey(s.frameKey())
+	if k := s.frameKey(); k != nil {
+		k.Sign(s.signer) // so that relays, which hold the key too, cannot forge
+		enc.SetKey(k)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		enc.Close()

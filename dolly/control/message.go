@@ -135,6 +135,9 @@ type Welcome struct {
 	// DataToken, in a cast without a key, is the node's own: a peer opening
 	// its data connection must prove it knows it (see stream.NewToken).
 	DataToken []byte `json:"data_token,omitempty"`
+	// SignKey, in a keyed cast, is the Ed25519 public key the source signs
+	// every frame with: a node takes no frame it did not sign.
+	SignKey []byte `json:"sign_key,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +36,11 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 	n.welcome = *m.Welcome
 	n.token.Store(&m.Welcome.DataToken)
 	if n.cfg.Key != nil {
+		if len(n.welcome.SignKey) != ed25519.PublicKeySize {
+			return nil, n.fail("the server gave no key to check the source's signatures with (an older server?)")
+		}
 		n.frameKey = stream.NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
+		n.frameKey.Trust(ed25519.PublicKey(n.welcome.SignKey))
 	}
 	go n.acceptData(ctx)
 	ready, err := n.checkTarget(ctx, c.LocalAddr())

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"sync"
@@ -155,6 +156,9 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 		case m.Type == control.MsgWelcome && m.Welcome.Resumed && m.Welcome.Encrypted == n.welcome.Encrypted:
 			n.log.Info("back with the server", "pos", resume.Pos)
 			n.token.Store(&m.Welcome.DataToken) // a restarted server hands out its own
+			if n.frameKey != nil && len(m.Welcome.SignKey) == ed25519.PublicKeySize {
+				n.frameKey.Trust(ed25519.PublicKey(m.Welcome.SignKey)) // and signs with its own
+			}
 			return c
 		default:
 			n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)

@@ -72,6 +72,7 @@ type StreamFlags uint8
 const (
 	FlagAuthenticated StreamFlags = 1 << iota // every frame carries a tag
 	FlagEncrypted                             // payloads are encrypted
+	FlagSigned                                // every frame's tag is followed by the source's signature
 )
 
 // Keyed reports whether frames carry tags.
@@ -103,6 +104,9 @@ func (h *StreamHeader) seal(key *FrameKey) {
 	if key.Encrypt {
 		h.Flags |= FlagEncrypted
 	}
+	if key.signer != nil {
+		h.Flags |= FlagSigned
+	}
 	copy(h.Tag[:], key.sealHeader(h.MarshalBinary()[:64]))
 }
 
@@ -118,8 +122,24 @@ func (h StreamHeader) Verify(key *FrameKey) error {
 		return fmt.Errorf("stream header: an unauthenticated stream in a keyed cast: %w", castkey.ErrAuth)
 	case key.Encrypt != (h.Flags&FlagEncrypted != 0):
 		return fmt.Errorf("stream header: encryption differs from the cast's: %w", castkey.ErrAuth)
+	case key.trusts() && h.Flags&FlagSigned == 0:
+		return fmt.Errorf("stream header: frames not signed by the source, which signs them: %w", castkey.ErrAuth)
+	case !key.trusts() && h.Flags&FlagSigned != 0:
+		return fmt.Errorf("stream header: signed frames, but the server gave no key to check them with: %w", castkey.ErrAuth)
 	}
 	return key.verifyHeader(h.MarshalBinary()[:64], h.Tag[:])
+}
+
+// trailerLen is what follows each frame's payload: its tag and, in a
+// signed stream, the source's signature.
+func (h StreamHeader) trailerLen() int {
+	switch {
+	case h.Flags&FlagSigned != 0:
+		return TagLen + SigLen
+	case h.Flags.Keyed():
+		return TagLen
+	}
+	return 0
 }
 
 // ErrNotDolly means the peer did not speak the dolly stream protocol.
@@ -149,7 +169,7 @@ func ParseStreamHeader(b []byte) (StreamHeader, error) {
 	h.ImageSize = int64(binary.LittleEndian.Uint64(b[32:]))
 	h.StreamSize = int64(binary.LittleEndian.Uint64(b[40:]))
 	switch {
-	case h.Flags&^(FlagAuthenticated|FlagEncrypted) != 0 || h.Flags == FlagEncrypted:
+	case h.Flags&^(FlagAuthenticated|FlagEncrypted|FlagSigned) != 0 || h.Flags != 0 && !h.Flags.Keyed():
 		return h, fmt.Errorf("stream header: unknown flags %#x", b[11])
 	case h.Encoding != imaging.Raw && !h.Encoding.Compressed():
 		return h, fmt.Errorf("stream header: unknown encoding %d", b[10])
@@ -256,7 +276,7 @@ type FrameReader struct {
 // cast's frame key (nil for an unkeyed cast); with it, every frame's tag is
 // checked before Next returns the frame.
 func NewFrameReader(r io.Reader, h StreamHeader, key *FrameKey) *FrameReader {
-	return &FrameReader{r: r, h: h, key: key, buf: make([]byte, FrameHeaderLen+max(int(h.FrameSize), endPayloadLen)+TagLen)}
+	return &FrameReader{r: r, h: h, key: key, buf: make([]byte, FrameHeaderLen+max(int(h.FrameSize), endPayloadLen)+h.trailerLen())}
 }
 
 // limit is where offsets end: the raw image or the stored stream (no
@@ -329,7 +349,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 	}
 	rest := n
 	if fr.key != nil {
-		rest += TagLen
+		rest += fr.h.trailerLen()
 	}
 	if _, err := io.ReadFull(fr.r, fr.buf[FrameHeaderLen:FrameHeaderLen+rest]); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -338,7 +358,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 		return f, fmt.Errorf("frame %d payload: %w", fr.seq, err)
 	}
 	if fr.key != nil {
-		if fr.scratch, err = fr.key.open(f.Seq, fr.buf, FrameHeaderLen, n, fr.scratch); err != nil {
+		if fr.scratch, err = fr.key.open(f.Seq, fr.buf, FrameHeaderLen, n, fr.h.Flags&FlagSigned != 0, fr.scratch); err != nil {
 			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): tag does not verify, the frame was altered or forged: %w", fr.seq, f.Kind, f.Offset, f.Length, err)
 		}
 	}

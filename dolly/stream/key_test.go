@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -181,6 +182,13 @@ func TestDataHandshakeNeedsTheKey(t *testing.T) {
 func BenchmarkFrameReader(b *testing.B) {
 	imgs := makeImages(b, 16<<20, testimage.Dense)
 	k, _ := castkey.ParseKey(string(castkey.NewKey()))
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	signed := func(encrypt bool) *FrameKey {
+		key := NewFrameKey(k, CastID{1}, encrypt)
+		key.Sign(priv) // the reader checks signatures, and its own signer is not used
+		key.Trust(pub)
+		return key
+	}
 	for _, bc := range []struct {
 		name string
 		key  *FrameKey
@@ -188,6 +196,8 @@ func BenchmarkFrameReader(b *testing.B) {
 		{"unkeyed", nil},
 		{"authenticated", NewFrameKey(k, CastID{1}, false)},
 		{"encrypted", NewFrameKey(k, CastID{1}, true)},
+		{"signed", signed(false)},
+		{"signed+encrypted", signed(true)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h, stream, _ := encodeKeyed(b, imgs[imaging.Raw], 1<<20, 255, bc.key)
@@ -205,5 +215,67 @@ func BenchmarkFrameReader(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRelayHoldingTheKeyCannotForge plays a relay that holds the cast key
+// and so can make valid tags: it alters the second frame and gives it a
+// valid tag, or strips the source's signatures and seals the header anew
+// without them. The node, which trusts only the source's signing key,
+// refuses both, and the forged frame never reaches its target.
+func TestRelayHoldingTheKeyCannotForge(t *testing.T) {
+	imgs := makeImages(t, 3<<20, testimage.Dense)
+	want, _ := os.ReadFile(imgs[imaging.Raw])
+	const frame = 1 << 20
+	k := testKey(t)
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, encrypt := range []bool{false, true} {
+		source := NewFrameKey(k, CastID{9}, encrypt)
+		source.Sign(priv)
+		h, stream, _ := encodeKeyed(t, imgs[imaging.Raw], frame, 255, source)
+		node := NewFrameKey(k, CastID{9}, encrypt)
+		node.Trust(pub)
+		if err := h.Verify(node); err != nil || h.Flags&FlagSigned == 0 {
+			t.Fatalf("encrypt=%v: a signed header: flags %b, %v", encrypt, h.Flags, err)
+		}
+		target, err := receiveKeyed(t, h, node, stream)
+		if err != nil {
+			t.Fatalf("encrypt=%v: the source's own stream: %v", encrypt, err)
+		}
+		if got, _ := os.ReadFile(target); !bytes.Equal(got[:len(want)], want) {
+			t.Fatalf("encrypt=%v: the target differs from the image", encrypt)
+		}
+
+		// The relay alters the second frame and tags it validly.
+		relay := NewFrameKey(k, CastID{9}, encrypt)
+		forged := append([]byte(nil), stream...)
+		trailer := TagLen + SigLen
+		second := FrameHeaderLen + frame + trailer
+		hdr := forged[second : second+FrameHeaderLen]
+		payload := bytes.Repeat([]byte{'!'}, frame)
+		binary.LittleEndian.PutUint32(hdr[32:], imaging.CRC32C(payload))
+		binary.LittleEndian.PutUint32(hdr[36:], imaging.CRC32C(hdr[:36]))
+		sent, tag := relay.seal(1, hdr, payload)
+		copy(forged[second+FrameHeaderLen:], sent)
+		copy(forged[second+FrameHeaderLen+frame:], tag[:TagLen])
+		target, err = receiveKeyed(t, h, node, forged)
+		if !errors.Is(err, castkey.ErrAuth) || !strings.Contains(err.Error(), "signature") {
+			t.Fatalf("encrypt=%v: a frame forged by a relay: %v", encrypt, err)
+		}
+		got, _ := os.ReadFile(target)
+		if !bytes.Equal(got[:frame], want[:frame]) || bytes.Contains(got, payload[:4096]) {
+			t.Errorf("encrypt=%v: the forged frame reached the target, or the one before it did not", encrypt)
+		}
+
+		// The relay drops the signatures: it seals the header anew without
+		// them. A node that trusts a source takes no unsigned stream.
+		stripped := h
+		stripped.seal(relay)
+		if err := stripped.Verify(node); !errors.Is(err, castkey.ErrAuth) || !strings.Contains(err.Error(), "not signed") {
+			t.Errorf("encrypt=%v: an unsigned header: %v", encrypt, err)
+		}
 	}
 }

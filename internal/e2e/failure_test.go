@@ -169,11 +169,22 @@ func TestChainSurvivesAKilledNode(t *testing.T) {
 
 // TestServerRestartResumesTheCast kills dolly-server mid-cast and runs the
 // same command again: the nodes come back, and the new server sends only
-// what they lack.
+// what they lack. With a key, the new server signs the frames with a key
+// of its own, which the nodes take from its welcome.
 func TestServerRestartResumesTheCast(t *testing.T) {
-	c := newFailCast(t, 4)
+	t.Run("unkeyed", func(t *testing.T) { testServerRestart(t) })
+	t.Run("keyed", func(t *testing.T) {
+		key := makeKey(t)
+		testServerRestart(t, "-key", key)
+	})
+}
+
+func testServerRestart(t *testing.T, keyArgs ...string) {
+	c := newFailCast(t, 4, keyArgs...)
 	first := c.startServer()
-	c.startNodes()
+	for i := range c.targets {
+		c.nodes = append(c.nodes, c.startNode(i, keyArgs...))
+	}
 	waitWritten(t, c.nodes[3], failImage/2)
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	first.wait(t, time.Minute)
