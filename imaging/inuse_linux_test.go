@@ -175,3 +175,45 @@ func TestCheckTargetUseFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenTargetClaimsTheDevice opens a loop device as a target: while it
+// is open, nothing else can claim it (a mount needs the same claim), and
+// once closed it is free again. A device claimed by someone else when the
+// target is opened is refused then, not only when the node joined.
+func TestOpenTargetClaimsTheDevice(t *testing.T) {
+	backing := filepath.Join(t.TempDir(), "disk")
+	fill(t, backing, 0, 8<<20)
+	dev := testenv.LoopDevice(t, backing)
+
+	tg, err := OpenTarget(dev, 4<<20, TargetOptions{Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL, 0); !errors.Is(err, unix.EBUSY) {
+		if err == nil {
+			unix.Close(fd)
+		}
+		t.Errorf("%s open as a target, claimed by another opener: %v; want EBUSY", dev, err)
+	}
+	if _, err := tg.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatalf("writing the claimed target: %v", err)
+	}
+	if err := tg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL, 0)
+	if err != nil {
+		t.Fatalf("%s still claimed after the target closed: %v", dev, err)
+	}
+	_, err = OpenTarget(dev, 4<<20, TargetOptions{Direct: true})
+	if !errors.Is(err, ErrTargetInUse) {
+		t.Errorf("a target claimed by someone else was opened: %v; want ErrTargetInUse", err)
+	}
+	// -force writes it all the same, without claiming it.
+	shared, err := OpenTarget(dev, 4<<20, TargetOptions{Direct: true, Shared: true})
+	unix.Close(fd)
+	if err != nil {
+		t.Fatalf("a shared open of a claimed device: %v", err)
+	}
+	shared.Close()
+}

@@ -134,8 +134,17 @@ func OpenTarget(path string, size int64, opts TargetOptions) (*Target, error) {
 		return nil, err
 	}
 	flags := os.O_RDWR
-	if !info.Exists {
+	switch {
+	case !info.Exists:
 		flags |= os.O_CREATE | os.O_EXCL
+	case info.Block && !opts.Shared:
+		// Checked again now, not only when the node joined, and claimed
+		// until the target is closed: nothing mounts it or claims it
+		// while the image is written.
+		if err := CheckTargetUse(path); err != nil {
+			return nil, err
+		}
+		flags |= exclusiveOpen
 	}
 	f, err := os.OpenFile(path, flags, 0o644)
 	if err != nil {
@@ -162,6 +171,10 @@ func OpenTarget(path string, size int64, opts TargetOptions) (*Target, error) {
 type TargetOptions struct {
 	// Direct writes a block device with O_DIRECT, past the page cache.
 	Direct bool
+	// Shared opens a block device without claiming it exclusively (and
+	// without checking its use again): for dolly -force, on a device
+	// someone else holds.
+	Shared bool
 }
 
 // Direct reports whether writes bypass the page cache.

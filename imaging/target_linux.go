@@ -8,6 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// exclusiveOpen claims a block device for this open file alone: the
+// kernel then refuses mounts and other exclusive opens until it is closed.
+const exclusiveOpen = unix.O_EXCL
+
 // sectorSize is the alignment BLKZEROOUT requires (logical block size).
 const sectorSize = 512
 

@@ -4,6 +4,9 @@ package imaging
 
 import "os"
 
+// exclusiveOpen: only Linux claims block devices this way.
+const exclusiveOpen = 0
+
 type portableZeroer struct{ f *os.File }
 
 func newZeroer(f *os.File, block bool) zeroer { return portableZeroer{f} }

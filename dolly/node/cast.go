@@ -143,7 +143,7 @@ func (n *node) onRelayEvent(ev relay.Event) {
 
 // receive writes the stream to the target and reports the outcome.
 func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
-	tg, err := imaging.OpenTarget(n.target, h.ImageSize, imaging.TargetOptions{Direct: !n.cfg.Buffered})
+	tg, err := imaging.OpenTarget(n.target, h.ImageSize, imaging.TargetOptions{Direct: !n.cfg.Buffered, Shared: n.cfg.Force})
 	if err != nil {
 		n.relay.DropLocalCopy()
 		received <- receipt{err: err}
