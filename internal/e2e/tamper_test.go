@@ -159,18 +159,7 @@ func TestEscapesFromStrangersReachTheConsoleEscaped(t *testing.T) {
 	img, _, _ := keyCast(t, 0)
 	addr := freePort(t)
 	srv := start(t, "dolly-server", "-image", img, "-chain", "-nodes", "1", "-listen", addr, "-key", key, "-no-probe", "-yes", "-join-timeout", "3s")
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	nc, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c := control.NewConn(nc)
-	hello := control.Hello{Version: stream.Version, Name: "pc\x1b[5m01", DataAddr: "127.0.0.1:1", Nonce: []byte("0123456789abcdef")}
-	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &hello}); err != nil {
-		t.Fatal(err)
-	}
+	c := sayHello(t, addr, control.Hello{Version: stream.Version, Name: "pc\x1b[5m01", DataAddr: "127.0.0.1:1", Nonce: []byte("0123456789abcdef")})
 	if m, err := c.Recv(5 * time.Second); err != nil || m.Type != control.MsgChallenge {
 		t.Fatalf("after hello: %+v, %v", m, err)
 	}
@@ -250,16 +239,7 @@ func TestStrangerCannotFeedANode(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	nc, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c := control.NewConn(nc)
-	hello := control.Hello{Version: stream.Version, Name: "stranger", DataAddr: "127.0.0.1:1"}
-	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &hello}); err != nil {
-		t.Fatal(err)
-	}
+	c := sayHello(t, addr, control.Hello{Version: stream.Version, Name: "stranger", DataAddr: "127.0.0.1:1"})
 	m, err := c.Recv(10 * time.Second)
 	if err != nil || m.Type != control.MsgWelcome {
 		t.Fatalf("the stranger's hello: %+v, %v", m, err)
@@ -291,4 +271,22 @@ func TestStrangerCannotFeedANode(t *testing.T) {
 	if after, _ := testimage.SHA256(targets[0], -1); after != before {
 		t.Error("pc01's target changed")
 	}
+}
+
+// sayHello connects to the server at addr as a stranger would, once it
+// listens, and sends hello; the connection closes when the test ends.
+func sayHello(t *testing.T, addr string, hello control.Hello) *control.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	nc, err := dial.Backoff(ctx, addr, 20*time.Millisecond, 200*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := control.NewConn(nc)
+	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &hello}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
