@@ -17,7 +17,10 @@ type Boot struct {
 	Server string // dolly.server: dolly-server's control address, host:port (required)
 	Target string // dolly.target: where to write, a path or a disk: query (see dolly.ResolveTarget)
 	Name   string // dolly.name: how the server shows this node
-	Key    string // dolly.key: the cast key's text
+	Key    string // dolly.key: the cast key's text (on a network only the lab reaches)
+	// ServerKey is dolly.serverkey: the server's public key, with which a
+	// node enrolls instead of holding the cast key.
+	ServerKey string
 	// After is dolly.after, what to do once the cast is over when the server
 	// does not say: "reboot", "poweroff" or "shell".
 	After string
@@ -56,6 +59,8 @@ func ParseCmdline(cmdline string) (Boot, error) {
 			b.Name = value
 		case "key":
 			b.Key = value
+		case "serverkey":
+			b.ServerKey = value
 		case "after":
 			if !ValidAfter(value) {
 				errs = append(errs, fmt.Errorf("dolly.after=%s: use %s", value, strings.Join(afterActions(), ", ")))

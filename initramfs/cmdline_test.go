@@ -24,6 +24,11 @@ func TestParseCmdline(t *testing.T) {
 			want:    Boot{Server: "10.0.0.1:9701", Target: "disk:largest", Name: "pc07", Key: "s3cret", After: "poweroff", Debug: true},
 		},
 		{
+			name:    "server key",
+			cmdline: "dolly.server=198.18.0.1:9700 dolly.serverkey=Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg",
+			want:    Boot{Server: "198.18.0.1:9700", ServerKey: "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg"},
+		},
+		{
 			name:    "default port",
 			cmdline: "dolly.server=imgsrv",
 			want:    Boot{Server: "imgsrv:9700"},

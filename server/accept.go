@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"net"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,7 +90,12 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
 		return
 	}
-	if !s.authenticate(c, m.Hello) {
+	var secret []byte // an enrolled node's, to seal the cast key under
+	if m.Hello.Enroll != nil {
+		if secret = s.enrollNode(c, m.Hello); secret == nil {
+			return
+		}
+	} else if !s.authenticate(c, m.Hello) {
 		return
 	}
 	// A node that proved the key, or any node of a cast without one, is
@@ -123,6 +131,9 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	if s.signer != nil {
 		w.SignKey = s.signer.Public().(ed25519.PublicKey)
 	}
+	if secret != nil {
+		w.SealedKey = control.SealCastKey(secret, s.cfg.Key)
+	}
 	if s.cfg.Key == nil {
 		w.DataToken = stream.NewToken()
 		s.mu.Lock()
@@ -137,6 +148,44 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		s.post(castEvent{kind: evReturned, node: n})
 	}
 	s.serveNode(n, c)
+}
+
+// enrollNode runs the enrollment of a node that holds no cast key (a
+// netbooted one) and admits it if the allow-list names it. It returns the
+// secret the node's welcome seals the cast key under; nil if the node is
+// refused, and the refusal is shown.
+func (s *Server) enrollNode(c *control.Conn, h *control.Hello) []byte {
+	secret, err := control.ServerEnroll(c, s.cfg.Key, h, peerTimeout)
+	if err == nil && !s.allowed(h) {
+		err = fmt.Errorf("not admitted: neither its name nor its MACs (%s) match -allow %s", strings.Join(h.MACs, ", "), strings.Join(s.cfg.Allow, ","))
+		if len(s.cfg.Allow) == 0 {
+			err = errors.New("not admitted: a node without the cast key joins only with -allow naming it (its name or its MAC)")
+		}
+	}
+	if err == nil {
+		s.log.Info("enrolled node", "node", h.Name, "from", c.RemoteAddr())
+		return secret
+	}
+	s.log.Warn("refused node", "node", h.Name, "from", c.RemoteAddr(), "reason", err)
+	fmt.Fprintf(s.cfg.Out, "  refused %s from %s: %v\n", h.Name, c.RemoteAddr(), err)
+	c.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})
+	return nil
+}
+
+// allowed reports whether the allow-list admits a node by its name or one
+// of its MACs (patterns as path.Match takes them, MACs in lower case).
+func (s *Server) allowed(h *control.Hello) bool {
+	for _, pat := range s.cfg.Allow {
+		if ok, _ := path.Match(pat, h.Name); ok {
+			return true
+		}
+		for _, mac := range h.MACs {
+			if ok, _ := path.Match(strings.ToLower(pat), strings.ToLower(mac)); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // authenticate runs the key handshake of a keyed cast with a node that

@@ -56,6 +56,12 @@ type Config struct {
 	// frames (a keyed cast only).
 	Key     castkey.Key
 	Encrypt bool
+	// Allow admits nodes that hold no key but the server's public key (a
+	// netbooted PC enrolls: see control.ServerEnroll) by name or MAC,
+	// patterns as path.Match takes them ("pc*", "52:54:00:*"). A name or a
+	// MAC is what the node says it is: an allow-list keeps out the
+	// machines that should not be reimaged, not an attacker.
+	Allow []string
 	// After is what netbooted nodes do once verified: "reboot",
 	// "poweroff", "shell" or "" (the node program just exits).
 	After string

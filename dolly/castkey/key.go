@@ -3,11 +3,13 @@
 package castkey
 
 import (
+	"crypto/ed25519"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -135,4 +137,27 @@ func NewNonce() []byte {
 	b := make([]byte, NonceLen)
 	rand.Read(b)
 	return b
+}
+
+// Identity is the server's signing key for the cast key k: what a node
+// that does not hold the key (a netbooted PC) checks the server against,
+// given only its public half (see Enroll in dolly/control). It is derived
+// from the key, so every server run with the same key has the same
+// identity and no file more is kept; the public half tells nothing of the
+// key.
+func (k Key) Identity() ed25519.PrivateKey {
+	return ed25519.NewKeyFromSeed(k.Derive("server identity", nil))
+}
+
+// ServerKey is the text form of a server's public key, as dolly.serverkey=
+// and dolly -server-key take it.
+func ServerKey(pub ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(pub) }
+
+// ParseServerKey reads a server's public key in its text form.
+func ParseServerKey(text string) (ed25519.PublicKey, error) {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(text))
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("server key %q: want the %d-character key dolly-server prints", text, base64.RawURLEncoding.EncodedLen(ed25519.PublicKeySize))
+	}
+	return ed25519.PublicKey(b), nil
 }

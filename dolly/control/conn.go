@@ -67,7 +67,13 @@ func (c *Conn) Transcript() []byte {
 // session key of a finished handshake, which covers the transcript so
 // far. server says which end this is.
 func (c *Conn) Authenticate(k castkey.Key, nodeNonce, serverNonce []byte, server bool) {
-	m := &controlMAC{key: sessionKey(k, nodeNonce, serverNonce, c.Transcript()), sendLabel: 'n', recvLabel: 's'}
+	c.authenticate(k.Derive("control", nil), nodeNonce, serverNonce, server)
+}
+
+// authenticate switches to tagged messages under a session key made from
+// base: the cast key's control key, or an enrollment's agreed secret.
+func (c *Conn) authenticate(base, nodeNonce, serverNonce []byte, server bool) {
+	m := &controlMAC{key: sessionKey(base, nodeNonce, serverNonce, c.Transcript()), sendLabel: 'n', recvLabel: 's'}
 	if server {
 		m.sendLabel, m.recvLabel = 's', 'n'
 	}

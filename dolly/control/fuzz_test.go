@@ -75,12 +75,17 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		t.Skip("rewrites testdata/fuzz; run with -write-fuzz-seeds")
 	}
 	msgs := map[string]Message{
-		"hello":    {Type: MsgHello, Hello: &Hello{Version: stream.Version, Name: "pc01", MACs: []string{"52:54:00:12:34:56"}, DataAddr: ":7071", Target: "/dev/sda"}},
-		"welcome":  {Type: MsgWelcome, Welcome: &Welcome{Cast: stream.CastID{1, 2}, Image: "nt.img", ImageSize: 1 << 30, Fingerprint: "ab12"}},
-		"assign":   {Type: MsgAssign, Assign: &Assign{Upstream: "pc01", Children: []Peer{{Name: "pc03", Addr: "198.18.0.3:7071"}}, Encoding: "zstd"}},
-		"progress": {Type: MsgProgress, Progress: &Progress{Stream: 1 << 20, Written: 2 << 20, Pos: 1 << 20}},
-		"done":     {Type: MsgDone, Done: &Done{Digest: "00ff", Written: 1 << 30, Seconds: 12.5, Lost: []string{"pc04"}}},
-		"abort":    {Type: MsgAbort, Reason: "cancelled by the operator"},
+		"hello":            {Type: MsgHello, Hello: &Hello{Version: stream.Version, Name: "pc01", MACs: []string{"52:54:00:12:34:56"}, DataAddr: ":7071", Target: "/dev/sda"}},
+		"welcome":          {Type: MsgWelcome, Welcome: &Welcome{Cast: stream.CastID{1, 2}, Image: "nt.img", ImageSize: 1 << 30, Fingerprint: "ab12"}},
+		"assign":           {Type: MsgAssign, Assign: &Assign{Upstream: "pc01", Children: []Peer{{Name: "pc03", Addr: "198.18.0.3:7071"}}, Encoding: "zstd"}},
+		"progress":         {Type: MsgProgress, Progress: &Progress{Stream: 1 << 20, Written: 2 << 20, Pos: 1 << 20}},
+		"done":             {Type: MsgDone, Done: &Done{Digest: "00ff", Written: 1 << 30, Seconds: 12.5, Lost: []string{"pc04"}}},
+		"abort":            {Type: MsgAbort, Reason: "cancelled by the operator"},
+		"enroll":           {Type: MsgHello, Hello: &Hello{Version: stream.Version, Name: "pc02", DataAddr: ":7071", Nonce: bytes.Repeat([]byte{7}, 16), Enroll: bytes.Repeat([]byte{9}, 32)}},
+		"challenge-enroll": {Type: MsgChallenge, Auth: &Auth{Nonce: bytes.Repeat([]byte{1}, 16), Ephemeral: bytes.Repeat([]byte{2}, 32), Signature: bytes.Repeat([]byte{3}, 64)}},
+		"welcome-keyed": {Type: MsgWelcome, Welcome: &Welcome{Cast: stream.CastID{3}, Image: "nt.img", ImageSize: 1 << 20, Fingerprint: "cd34",
+			SignKey: bytes.Repeat([]byte{4}, 32), SealedKey: bytes.Repeat([]byte{5}, 80), DataToken: bytes.Repeat([]byte{6}, 16)}},
+		"fail-escapes": {Type: MsgFail, Reason: "\x1b[2J\x1b]0;title\a"},
 	}
 	for name, m := range msgs {
 		body, err := json.Marshal(m)

@@ -86,8 +86,8 @@ func controlProof(k castkey.Key, who string, nodeNonce, serverNonce, hello []byt
 	return castkey.MAC(k.Derive("control", nil), []byte(who), nodeNonce, serverNonce, hello)
 }
 
-func sessionKey(k castkey.Key, nodeNonce, serverNonce, transcript []byte) []byte {
-	return castkey.MAC(k.Derive("control", nil), []byte("session"), nodeNonce, serverNonce, transcript)
+func sessionKey(base, nodeNonce, serverNonce, transcript []byte) []byte {
+	return castkey.MAC(base, []byte("session"), nodeNonce, serverNonce, transcript)
 }
 
 // ServerProof is what the server sends to show it knows the key: over

@@ -90,6 +90,11 @@ type Hello struct {
 	// Resume is set by a node that is part of a cast already: it lost the
 	// server and comes back, to a restarted server or the same one.
 	Resume *Resume `json:"resume,omitempty"`
+	// Enroll is set, with Nonce, by a node that has no cast key but the
+	// server's public key (a netbooted PC): its ephemeral X25519 public
+	// key. The server proves its identity and hands the node the cast key
+	// over the session they agree (see Enroll).
+	Enroll []byte `json:"enroll,omitempty"`
 }
 
 // Resume is what a node in a cast brings to the server it reconnects to.
@@ -109,7 +114,12 @@ type Resume struct {
 // Auth is one step of the key handshake.
 type Auth struct {
 	Nonce []byte `json:"nonce,omitempty"` // the server's, in the challenge
-	Proof []byte `json:"proof"`
+	Proof []byte `json:"proof,omitempty"`
+	// Ephemeral and Signature answer an enrolling node: the server's
+	// ephemeral X25519 public key, and its identity's signature over the
+	// hello, both nonces and that key.
+	Ephemeral []byte `json:"ephemeral,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // Welcome describes the cast to a node that may join.
@@ -138,6 +148,9 @@ type Welcome struct {
 	// SignKey, in a keyed cast, is the Ed25519 public key the source signs
 	// every frame with: a node takes no frame it did not sign.
 	SignKey []byte `json:"sign_key,omitempty"`
+	// SealedKey, for an enrolled node, is the cast key sealed under the
+	// session it agreed with the server (see OpenCastKey).
+	SealedKey []byte `json:"sealed_key,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -201,8 +202,12 @@ func (n *node) dialServer(ctx context.Context, limit time.Duration) (*control.Co
 // first message after the handshake.
 func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Duration) (control.Message, error) {
 	var nonce []byte
-	if n.cfg.Key != nil {
+	var eph *ecdh.PrivateKey
+	switch {
+	case n.cfg.Key != nil:
 		nonce = castkey.NewNonce()
+	case n.cfg.ServerKey != nil:
+		nonce, eph = castkey.NewNonce(), control.NewEnrollKey()
 	}
 	_, port, _ := net.SplitHostPort(n.ln.Addr().String())
 	dataHost, _, _ := net.SplitHostPort(n.cfg.DataListen)
@@ -211,8 +216,26 @@ func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Durat
 	}
 	h := control.Hello{Version: stream.Version, Name: n.cfg.Name, MACs: probe.MACs(), Machine: probe.MachineID(), DataAddr: net.JoinHostPort(dataHost, port),
 		Target: n.cfg.Target, Resume: resume, Nonce: nonce}
+	if eph != nil {
+		h.Enroll = eph.PublicKey().Bytes()
+	}
 	if err := c.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
 		return control.Message{}, err
 	}
-	return control.NodeHandshake(c, n.cfg.Key, nonce, timeout)
+	if eph == nil {
+		return control.NodeHandshake(c, n.cfg.Key, nonce, timeout)
+	}
+	m, secret, err := control.NodeEnroll(c, n.cfg.ServerKey, nonce, eph, timeout)
+	if err != nil || m.Type != control.MsgWelcome {
+		return m, err
+	}
+	// Admitted: the cast key comes sealed under the enrollment's secret.
+	// From now on this node holds it, and comes back to a server with it.
+	key, err := control.OpenCastKey(secret, m.Welcome.SealedKey)
+	if err != nil {
+		return m, err
+	}
+	n.cfg.Key = key
+	n.log.Info("enrolled: the server proved its key and handed over the cast key")
+	return m, nil
 }

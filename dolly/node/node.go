@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +55,12 @@ type Config struct {
 	// Key is the cast key; with it the node joins only a server that
 	// proves it knows the key, and takes only frames tagged under it.
 	// Without it the node joins only a server that has none.
-	Key    castkey.Key
-	Logger *slog.Logger
+	Key castkey.Key
+	// ServerKey, for a node without a Key (a netbooted one), is the
+	// server's public key: the node enrolls, joins only a server that
+	// signs as it, and is handed the cast key if the server admits it.
+	ServerKey ed25519.PublicKey
+	Logger    *slog.Logger
 }
 
 func (c *Config) defaults() {

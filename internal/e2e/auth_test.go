@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"dolly/dolly/castkey"
 	"dolly/internal/testimage"
 )
 
@@ -130,5 +132,60 @@ func TestEncryptedCast(t *testing.T) {
 	}
 	if st, err := os.Stat(key); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("key file mode %v (%v), want 0600", st.Mode(), err)
+	}
+}
+
+// TestEnrollment: nodes that hold no cast key, only the server's public
+// key, enroll. The one -allow names gets the cast key and casts; one it
+// does not name is refused and writes nothing; one given another server's
+// key refuses this server. The cast key never crosses the network.
+func TestEnrollment(t *testing.T) {
+	keyFile, otherFile := makeKey(t), makeKey(t)
+	key, err := castkey.ReadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := castkey.ReadKeyFile(otherFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverKey := castkey.ServerKey(key.Identity().Public().(ed25519.PublicKey))
+	img, want, targets := keyCast(t, 3)
+	before, _ := testimage.SHA256(targets[1], -1)
+	addr := freePort(t)
+	srv := start(t, "dolly-server", "-image", img, "-chain", "-nodes", "1", "-listen", addr, "-key", keyFile, "-allow", "pc0[1-1],52:54:00:aa:*", "-no-probe", "-yes")
+	strangers := []struct {
+		name, serverKey, want string
+	}{
+		{"pc02", serverKey, "not admitted"},
+		{"pc03", castkey.ServerKey(other.Identity().Public().(ed25519.PublicKey)), "does not sign as the server key"},
+	}
+	for i, s := range strangers {
+		n := start(t, "dolly", "-server", addr, "-target", targets[i+1], "-name", s.name, "-listen-data", "127.0.0.1:0", "-server-key", s.serverKey, "-no-probe", "-join-timeout", "30s")
+		if code := n.wait(t, time.Minute); code == 0 || !strings.Contains(n.out.String(), s.want) {
+			t.Errorf("%s: exit %d:\n%s", s.name, code, n.out.String())
+		}
+		if after, _ := testimage.SHA256(targets[i+1], -1); after != before {
+			t.Errorf("%s: target changed", s.name)
+		}
+	}
+	good := start(t, "dolly", "-server", addr, "-target", targets[0], "-name", "pc01", "-listen-data", "127.0.0.1:0", "-server-key", serverKey, "-no-probe", "-join-timeout", "30s")
+	if code := good.wait(t, time.Minute); code != 0 {
+		t.Fatalf("the admitted node exited %d:\n%s\nserver:\n%s", code, good.out.String(), srv.out.String())
+	}
+	if code := srv.wait(t, time.Minute); code != 0 {
+		t.Fatalf("dolly-server exited %d:\n%s", code, srv.out.String())
+	}
+	if got, _ := testimage.SHA256(targets[0], 8<<20); got != want {
+		t.Error("the enrolled node's target differs from the image")
+	}
+	out := srv.out.String()
+	for _, w := range []string{"server key " + serverKey, "refused pc02", "not admitted", "1 of 1 nodes verified"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("server output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out+good.out.String(), strings.TrimSpace(string(key))) {
+		t.Error("the cast key shows in a program's output")
 	}
 }

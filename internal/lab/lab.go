@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"dolly/internal/testenv"
 )
 
 // Spec describes a lab.
@@ -497,20 +496,8 @@ func mbitRate(mbit float64) string {
 // sockets f opens live there and may be used from anywhere afterwards.
 // The thread is never handed back to the scheduler: it ends with f.
 func InNamespace(h *Host, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
-		fd, err := unix.Open(filepath.Join("/run/netns", h.NS), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("namespace of %s: %w", h.Name, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("entering the namespace of %s: %w", h.Name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
+	if err := testenv.InNetNS(h.NS, f); err != nil {
+		return fmt.Errorf("%s: %w", h.Name, err)
+	}
+	return nil
 }

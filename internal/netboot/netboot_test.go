@@ -2,19 +2,24 @@ package netboot
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"dolly/boot"
+	"dolly/dolly/castkey"
 	"dolly/internal/sampleimage"
 	"dolly/internal/testenv"
 )
@@ -113,6 +118,15 @@ func TestNetbootCast(t *testing.T) {
 		}
 	})
 
+	// A keyed cast: the machines hold no key, only the server's public
+	// key on their command line, and enroll; -allow admits them by MAC.
+	key := castkey.NewKey()
+	keyFile := filepath.Join(dir, "cast.key")
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serverKey := castkey.ServerKey(key.Identity().Public().(ed25519.PublicKey))
+
 	srvLog, err := NewLog(filepath.Join(dir, "dolly-server.log"), time.Now(), "waiting for")
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +143,7 @@ func TestNetbootCast(t *testing.T) {
 		"-kernel-args", "console=ttyS0,115200 panic=-1",
 		"-image", img, "-chain", "-nodes", fmt.Sprint(nodes), "-target", "disk:first",
 		"-after", "poweroff", "-yes",
+		"-key", keyFile, "-allow", "52:54:00:12:34:*",
 		// Guests emulated on a busy 2-core machine may go quiet for
 		// seconds; that is not what this test is about.
 		"-node-timeout", "30s",
@@ -151,6 +166,15 @@ func TestNetbootCast(t *testing.T) {
 		t.Fatalf("dolly-server exited before serving: %v", err)
 	case <-ctx.Done():
 		t.Fatalf("dolly-server did not start serving: %v", ctx.Err())
+	}
+	// What anyone on the network can fetch holds the server's public key,
+	// never the cast key.
+	script, err := fetch(ctx, n, "/boot.ipxe")
+	if err != nil {
+		t.Fatalf("fetching the iPXE script: %v", err)
+	}
+	if !strings.Contains(script, "dolly.serverkey="+serverKey) || strings.Contains(script, string(key)) {
+		t.Fatalf("the iPXE script lacks the server key or holds the cast key:\n%s", script)
 	}
 
 	vms := make([]*VM, nodes)
@@ -233,6 +257,11 @@ func TestNetbootCast(t *testing.T) {
 			continue
 		}
 		t.Logf("%s (%s): verified, sha256 %s", vm.Name, vm.MAC, got)
+		// The kernel prints its command line on the console.
+		console, _ := os.ReadFile(vm.Log.path)
+		if !strings.Contains(string(console), "dolly.serverkey="+serverKey) || strings.Contains(string(console), string(key)) {
+			t.Errorf("%s: the console shows no server key on the kernel command line, or the cast key", vm.Name)
+		}
 		t.Logf("  %s timeline: %s", vm.Name, timeline(vm.Log))
 	}
 	if summary, err := srvLog.Lines("summary:"); err == nil {
@@ -292,4 +321,47 @@ func timeline(l *Log) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// fetch gets path from the server's HTTP port inside the lab's
+// namespace, as a machine on its network would: in a process started
+// there (this test binary, as TestFetchHelper), so that no thread of this
+// one is left in the namespace when it is removed.
+func fetch(ctx context.Context, n *Net, path string) (string, error) {
+	cmd := n.Command(ctx, os.Args[0], "-test.run=^TestFetchHelper$")
+	cmd.Env = append(os.Environ(), "DOLLY_FETCH="+"http://"+net.JoinHostPort(n.Server.String(), strconv.Itoa(boot.DefaultHTTPPort))+path)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	body, ok := strings.CutPrefix(string(out), "BODY\n")
+	if !ok {
+		return "", fmt.Errorf("%s: %q", path, out)
+	}
+	body, _, _ = strings.Cut(body, "\nEND\n")
+	return body, nil
+}
+
+// TestFetchHelper is fetch's process: it prints the body of the URL in
+// DOLLY_FETCH between BODY and END lines.
+func TestFetchHelper(t *testing.T) {
+	url := os.Getenv("DOLLY_FETCH")
+	if url == "" {
+		t.Skip("skipped: a helper process of TestNetbootCast")
+	}
+	// Straight to the lab's server: no proxy the environment names.
+	c := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	r, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s", url, r.Status)
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("BODY\n%s\nEND\n", b)
 }

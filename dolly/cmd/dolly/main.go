@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -76,6 +77,7 @@ func run() int {
 	serverTimeout := fs.Duration("server-timeout", 15*time.Second, "take the server for lost after hearing nothing from it this long")
 	force := fs.Bool("force", false, "write even to a target that is mounted or in use (never to the disk this machine runs from)")
 	keyFile := fs.String("key", "", "cast key file: authenticate the server and every frame (see dolly key)")
+	serverKey := fs.String("server-key", "", "without -key: the server key dolly-server prints; the node enrolls, joins only that server and gets the cast key if the server's -allow admits it")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	buffered := fs.Bool("buffered", false, "write a block device through the page cache instead of with O_DIRECT (for a driver that handles direct writes badly)")
@@ -102,10 +104,22 @@ func run() int {
 		}
 		key = k
 	}
+	var pub ed25519.PublicKey
+	if *serverKey != "" {
+		if key != nil {
+			return cli.UsageError("dolly", "-server-key is for a node without -key")
+		}
+		k, err := castkey.ParseServerKey(*serverKey)
+		if err != nil {
+			return cli.UsageError("dolly", "-server-key: %v", err)
+		}
+		pub = k
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
 	res, err := node.Run(ctx, node.Config{
+		ServerKey:        pub,
 		Server:           addr,
 		Target:           *target,
 		Name:             *name,

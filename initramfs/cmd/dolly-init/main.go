@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -129,12 +130,21 @@ func cast(log *slog.Logger, boot initramfs.Boot) (node.Result, error) {
 		}
 		key = k
 	}
-	log.Info("joining the cast", "server", boot.Server, "name", boot.Name, "target", boot.Target, "keyed", key != nil)
+	var serverKey ed25519.PublicKey
+	if boot.ServerKey != "" && key == nil {
+		k, err := castkey.ParseServerKey(boot.ServerKey)
+		if err != nil {
+			return node.Result{}, fmt.Errorf("dolly.serverkey: %w", err)
+		}
+		serverKey = k
+	}
+	log.Info("joining the cast", "server", boot.Server, "name", boot.Name, "target", boot.Target, "keyed", key != nil, "enrolls", serverKey != nil)
 	return node.Run(context.Background(), node.Config{
 		Server:      boot.Server,
 		Target:      boot.Target,
 		Name:        boot.Name,
 		Key:         key,
+		ServerKey:   serverKey,
 		JoinTimeout: 0, // keep trying: the node may boot before the server starts
 		Logger:      log,
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -124,17 +125,17 @@ func (b *bootFlags) check() (after string, err error) {
 // is done; a failure is logged and sent on errc. controlAddr is the
 // address nodes are told to join.
 //
-// With a cast key, the nodes find it on their kernel command line
-// (dolly.key=). Whoever can fetch the iPXE script can then read it: the
-// boot network must be one only the lab's machines reach.
+// With a cast key, the nodes find the server's public key on their
+// kernel command line (dolly.serverkey=), never the cast key: they enroll
+// (control.NodeEnroll), and get the cast key from the server once -allow
+// admits them.
 func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}
 	args := strings.Fields(*b.kernelArgs)
 	if key != nil {
-		args = append(args, "dolly.key="+string(key))
-		fmt.Fprintln(os.Stderr, "dolly-server: note: netbooted nodes get the cast key on their kernel command line; anyone who can fetch the iPXE script over -interface can read it")
+		args = append(args, "dolly.serverkey="+castkey.ServerKey(key.Identity().Public().(ed25519.PublicKey)))
 	}
 	cfg := boot.Config{
 		Interface:   *b.iface,

@@ -3,10 +3,12 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,8 +58,10 @@ their target is verified.
 Security: with -key FILE (made by "dolly key -o FILE" and copied to the
 nodes) the server and each node prove to each other that they hold the key
 before anything is written, every control message and frame carries a tag
-under it, and -encrypt also encrypts the frames. Without -key, anyone on the
-network can join and receive the image.
+under it, the source signs every frame, and -encrypt also encrypts the
+frames. Nodes without the key (netbooted ones) get the server's public key
+instead, enroll, and are handed the cast key if -allow names them. Without
+-key, anyone on the network can join and receive the image.
 
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
@@ -99,6 +103,7 @@ func run() int {
 	progressEvery := fs.Duration("progress-interval", 5*time.Second, "interval of progress lines when not on a terminal")
 	report := fs.String("report", "", "write a JSON record of the cast (plan, prediction, each node's time) to this file")
 	keyFile := fs.String("key", "", "cast key file (dolly key -o FILE): only nodes holding it join, every frame is authenticated")
+	allow := fs.String("allow", "", "admit nodes that hold no key but the server key (netbooted PCs enroll) by name or MAC: comma-separated patterns such as 'pc*' or '52:54:00:*' (needs -key)")
 	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	noReplan := fs.Bool("no-replan", false, "keep the model's plan to the end; by default a cast that runs below 80% of its prediction for 5s is re-planned (at most twice) and rewired without a restart")
@@ -212,6 +217,13 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "dolly-server: warning: %s\n", w)
 		}
 		cfg.Key, cfg.Encrypt = k, *encrypt
+		if *allow != "" {
+			cfg.Allow = strings.Split(*allow, ",")
+		}
+		fmt.Fprintf(os.Stderr, "dolly-server: server key %s (nodes without the cast key enroll with dolly -server-key; netbooted ones get it on their command line)\n",
+			castkey.ServerKey(k.Identity().Public().(ed25519.PublicKey)))
+	case *allow != "":
+		return usageErr("-allow needs -key FILE: nodes enroll to get the cast key")
 	case *encrypt:
 		return usageErr("-encrypt needs -key FILE (make one with: dolly key -o FILE)")
 	default:
@@ -219,6 +231,9 @@ func run() int {
 	}
 	if cfg.After, err = bootf.check(); err != nil {
 		return usageErr("%v", err)
+	}
+	if *bootf.enabled && cfg.Key != nil && len(cfg.Allow) == 0 {
+		return usageErr("-boot with -key needs -allow: netbooted nodes hold no key, and enroll only if -allow names them (e.g. -allow 'pc*' or a MAC pattern)")
 	}
 	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
