@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -45,4 +46,30 @@ func Compress(w io.Writer, enc Encoding, r io.Reader, concurrency int) error {
 		return err
 	}
 	return e.Close()
+}
+
+// EncoderID names the encoder Compress runs for enc, down to its library's
+// version: a cast taken up again after a restart must compress the image
+// to the same bytes, or the nodes would get a stream spliced from two
+// encodings (and, keyed, frames of other bytes under the same nonces).
+func EncoderID(enc Encoding) string {
+	mod := ""
+	switch enc {
+	case Zstd, Gzip:
+		mod = "github.com/klauspost/compress"
+	default:
+		return ""
+	}
+	version := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == mod {
+				version = d.Version
+				if d.Replace != nil {
+					version = d.Replace.Path + "@" + d.Replace.Version
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%s fastest, %s %s", enc, mod, version)
 }

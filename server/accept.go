@@ -14,6 +14,7 @@ import (
 	"dolly/dolly/control"
 	"dolly/dolly/listen"
 	"dolly/dolly/stream"
+	"dolly/imaging"
 )
 
 // acceptLoop takes nodes' control connections until the listener closes.
@@ -133,6 +134,9 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	}
 	if secret != nil {
 		w.SealedKey = control.SealCastKey(secret, s.cfg.Key)
+	}
+	if !s.img.Encoding.Compressed() {
+		w.Encoder = imaging.EncoderID(imaging.Zstd)
 	}
 	if s.cfg.Key == nil {
 		w.DataToken = stream.NewToken()

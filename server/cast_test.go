@@ -14,7 +14,9 @@ import (
 
 	"dolly/capacity"
 	"dolly/dolly/castkey"
+	"dolly/dolly/control"
 	"dolly/dolly/node"
+	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/testenv"
 	"dolly/internal/testimage"
@@ -358,4 +360,59 @@ func TestCastCompressionOverride(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTakingUpNeedsTheSameEncoder: a node comes back to a fresh server
+// with a cast whose stream was compressed on the fly by another encoder
+// (another dolly build). Taking it up would splice two encodings (and,
+// keyed, reuse nonces over other bytes): the server refuses it.
+func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
+	imgs, _ := images(t, 2<<20)
+	im, err := imaging.OpenImage(imgs[imaging.Raw])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := im.Fingerprint()
+	im.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Config{Image: imgs[imaging.Raw], Listen: "127.0.0.1:0", Nodes: 1, NoProbe: true, Yes: true,
+			JoinTimeout: 20 * time.Second, Ready: func(a net.Addr) { addrc <- a.String() }})
+		done <- err
+	}()
+	addr := <-addrc
+	// comeBack says hello as a node of a cast compressed by encoder and
+	// returns the server's answer.
+	comeBack := func(encoder string) control.Message {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conn := control.NewConn(c)
+		h := control.Hello{Version: stream.Version, Name: "pc01", DataAddr: "127.0.0.1:1",
+			Resume: &control.Resume{Cast: stream.CastID{7}, Fingerprint: fp, Encoding: "zstd", FrameSize: 1 << 20, Pos: 1 << 20, Encoder: encoder}}
+		if err := conn.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := conn.Recv(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := comeBack("zstd fastest, github.com/klauspost/compress v0.0.1"); m.Type != control.MsgReject || !strings.Contains(m.Reason, "another encoder") {
+		t.Fatalf("a cast compressed by another encoder: %+v; want a reject", m)
+	}
+	if m := comeBack(imaging.EncoderID(imaging.Zstd)); m.Type != control.MsgWelcome || !m.Welcome.Resumed {
+		t.Fatalf("a cast compressed by this build's encoder: %+v; want it taken up", m)
+	}
+	cancel()
+	<-done
 }

@@ -13,6 +13,7 @@ import (
 
 	"dolly/dolly/control"
 	"dolly/dolly/stream"
+	"dolly/imaging"
 	"dolly/internal/units"
 )
 
@@ -78,6 +79,10 @@ func (s *Server) enroll(c *control.Conn, h *control.Hello, dataAddr, host, what 
 func (s *Server) registerResumed(c *control.Conn, h *control.Hello, r *control.Resume, dataAddr, host string) (*nodeState, bool, string) {
 	if r.Fingerprint != s.fingerprint {
 		return nil, false, "this node is part of a cast of another image: restart it to join this one"
+	}
+	if enc, err := imaging.ParseEncoding(r.Encoding); err == nil && enc.Compressed() && !s.img.Encoding.Compressed() &&
+		r.Encoder != imaging.EncoderID(enc) {
+		return nil, false, fmt.Sprintf("this node's cast was compressed on the fly by another encoder (%s; here %s): restart it to cast anew", r.Encoder, imaging.EncoderID(enc))
 	}
 	if s.started {
 		if r.Cast != s.cast {

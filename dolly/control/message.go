@@ -109,6 +109,8 @@ type Resume struct {
 	// content digest, which the server has not confirmed yet.
 	Done   bool   `json:"done"`
 	Digest string `json:"digest,omitempty"`
+	// Encoder is the welcome's: what compressed a raw image on the fly.
+	Encoder string `json:"encoder,omitempty"`
 }
 
 // Auth is one step of the key handshake.
@@ -151,6 +153,10 @@ type Welcome struct {
 	// SealedKey, for an enrolled node, is the cast key sealed under the
 	// session it agreed with the server (see OpenCastKey).
 	SealedKey []byte `json:"sealed_key,omitempty"`
+	// Encoder, for a raw image, names the encoder that would compress it
+	// on the fly (imaging.EncoderID): a server that takes the cast up
+	// again must have the same one.
+	Encoder string `json:"encoder,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

@@ -178,7 +178,7 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 func (n *node) resume() control.Resume {
 	done, digest := n.out.get()
 	r := control.Resume{Cast: n.welcome.Cast, Fingerprint: n.welcome.Fingerprint, Encoding: n.encoding,
-		Pos: n.relay.Pos(), Target: n.target, Done: done}
+		Pos: n.relay.Pos(), Target: n.target, Done: done, Encoder: n.welcome.Encoder}
 	if done {
 		r.Digest = digest.String()
 	}
