@@ -3,9 +3,11 @@ package node
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"dolly/dolly/castkey"
 	"dolly/dolly/control"
 	"dolly/dolly/relay"
 	"dolly/dolly/stream"
@@ -160,6 +162,13 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 		},
 	}
 	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, tg, &n.counters, hooks)
+	if errors.Is(err, castkey.ErrAuth) {
+		// Frames that do not verify (forged by an upstream, or altered on
+		// the way) never reach the target; say so at once, not when the
+		// stream would have ended.
+		n.log.Error("the stream does not verify; nothing more is written", "err", err)
+		n.ctl.send(control.Message{Type: control.MsgFail, Reason: err.Error()})
+	}
 	if err == nil {
 		err = tg.Sync()
 	}
