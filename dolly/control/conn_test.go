@@ -1,6 +1,9 @@
 package control
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"net"
 	"testing"
@@ -62,5 +65,29 @@ func TestReceivedTextIsEscaped(t *testing.T) {
 	}
 	if want := `\x1b]0;owned\a\x1b[2J`; m.Reason != want {
 		t.Errorf("reason %q, want %q", m.Reason, want)
+	}
+}
+
+func TestEveryTextOfAPeerIsEscaped(t *testing.T) {
+	evil := "x\x1b[2Jy"
+	for _, m := range []Message{
+		{Type: MsgHello, Hello: &Hello{Name: evil, MACs: []string{evil}, DataAddr: evil, Target: evil, Resume: &Resume{Target: evil, Encoder: evil}}},
+		{Type: MsgDone, Done: &Done{Digest: evil, Lost: []string{evil}}},
+		{Type: MsgNetResult, NetResult: &NetResult{ID: 1, Error: evil}},
+		{Type: MsgAssign, Assign: &Assign{Upstream: evil, Children: []Peer{{Name: evil, Addr: evil}}}},
+		{Type: MsgWelcome, Welcome: &Welcome{Image: evil, Target: evil}},
+	} {
+		body, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadMessage(bytes.NewReader(append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, _ := json.Marshal(got)
+		if bytes.Contains(back, []byte(`\u001b`)) {
+			t.Errorf("%s: an escape sequence survived decoding: %s", m.Type, back)
+		}
 	}
 }

@@ -281,8 +281,40 @@ func (m *Message) sanitize() {
 	if m.Ready != nil {
 		m.Ready.Target = Printable(m.Ready.Target)
 	}
-	if m.Hello != nil {
-		m.Hello.Name = Printable(m.Hello.Name)
+	if h := m.Hello; h != nil {
+		h.Name, h.Target, h.DataAddr, h.Machine = Printable(h.Name), Printable(h.Target), Printable(h.DataAddr), Printable(h.Machine)
+		printableAll(h.MACs)
+		if r := h.Resume; r != nil {
+			r.Target, r.Encoding, r.Encoder, r.Digest, r.Fingerprint = Printable(r.Target), Printable(r.Encoding), Printable(r.Encoder), Printable(r.Digest), Printable(r.Fingerprint)
+		}
+	}
+	if w := m.Welcome; w != nil {
+		w.Image, w.Target, w.Encoder = Printable(w.Image), Printable(w.Target), Printable(w.Encoder)
+	}
+	if p := m.Peer; p != nil {
+		p.Name, p.Addr = Printable(p.Name), Printable(p.Addr)
+	}
+	if a := m.Assign; a != nil {
+		a.Upstream, a.Encoding = Printable(a.Upstream), Printable(a.Encoding)
+		for i := range a.Children {
+			a.Children[i].Name, a.Children[i].Addr = Printable(a.Children[i].Name), Printable(a.Children[i].Addr)
+		}
+	}
+	if d := m.Done; d != nil {
+		d.Digest = Printable(d.Digest)
+		printableAll(d.Lost)
+	}
+	if r := m.NetResult; r != nil {
+		r.Error = Printable(r.Error)
+	}
+	if p := m.NetProbe; p != nil {
+		p.To = Printable(p.To)
+	}
+}
+
+func printableAll(ss []string) {
+	for i, s := range ss {
+		ss[i] = Printable(s)
 	}
 }
 
