@@ -13,7 +13,6 @@ import (
 
 	"dolly/dolly/control"
 	"dolly/dolly/listen"
-	"dolly/dolly/stream"
 	"dolly/imaging"
 )
 
@@ -91,6 +90,13 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		s.log.Warn("expected hello", "from", c.RemoteAddr(), "got", m.Type)
 		return
 	}
+	// What a stranger's hello may carry is bounded before any of it is
+	// shown: a refusal names the node.
+	if err := checkHello(m.Hello); err != nil {
+		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", err)
+		c.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})
+		return
+	}
 	var secret []byte // an enrolled node's, to seal the cast key under
 	if m.Hello.Enroll != nil {
 		if secret = s.enrollNode(c, m.Hello); secret == nil {
@@ -131,6 +137,7 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		MeasureTarget: s.confirmed(), Probe: n.probes}
 	if s.signer != nil {
 		w.SignKey = s.signer.Public().(ed25519.PublicKey)
+		w.SignKeySig = control.SignSignKey(s.identity, cast, w.SignKey)
 	}
 	if secret != nil {
 		w.SealedKey = control.SealCastKey(secret, s.cfg.Key)
@@ -139,9 +146,8 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		w.Encoder = imaging.EncoderID(imaging.Zstd)
 	}
 	if s.cfg.Key == nil {
-		w.DataToken = stream.NewToken()
 		s.mu.Lock()
-		n.token = w.DataToken
+		w.DataToken, w.ProbeToken = n.token, n.probeToken
 		s.mu.Unlock()
 	}
 	if err := c.Send(control.Message{Type: control.MsgWelcome, Welcome: &w}); err != nil {
@@ -159,7 +165,7 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 // secret the node's welcome seals the cast key under; nil if the node is
 // refused, and the refusal is shown.
 func (s *Server) enrollNode(c *control.Conn, h *control.Hello) []byte {
-	secret, err := control.ServerEnroll(c, s.cfg.Key, h, peerTimeout)
+	secret, err := control.ServerEnroll(c, s.identity, h, peerTimeout)
 	if err == nil && !s.allowed(h) {
 		err = fmt.Errorf("not admitted: neither its name nor its MACs (%s) match -allow %s", strings.Join(h.MACs, ", "), strings.Join(s.cfg.Allow, ","))
 		if len(s.cfg.Allow) == 0 {

@@ -248,6 +248,14 @@ func (s *Server) peer(n *nodeState) control.Peer {
 	return control.Peer{Name: n.name, Addr: n.dataAddr, Token: n.token}
 }
 
+// probeToken is what a peer that sends n a bandwidth probe needs: a token
+// that lets it probe n, not feed it.
+func (s *Server) probeToken(n *nodeState) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return n.probeToken
+}
+
 // attachToSource has the source serve n; failing that, n is out.
 func (s *Server) attachToSource(ctx context.Context, n *nodeState) {
 	go func() {

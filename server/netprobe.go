@@ -127,7 +127,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 		wg.Add(1)
 		go func(id uint64) {
 			defer wg.Done()
-			if err := s.sendProbe(ctx, s.peer(n), id, d); err != nil {
+			if err := s.sendProbe(ctx, control.Peer{Name: n.name, Addr: n.dataAddr, Token: s.probeToken(n)}, id, d); err != nil {
 				w.report(control.NetResult{ID: id, Error: err.Error()})
 			}
 		}(id)
@@ -154,7 +154,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			next := ready[(i+1)%len(ready)]
 			id++
 			ids = append(ids, id)
-			p := control.NetProbe{ID: id, To: next.dataAddr, Token: s.peer(next).Token, Seconds: d.Seconds(), Bytes: netProbeBytes}
+			p := control.NetProbe{ID: id, To: next.dataAddr, Token: s.probeToken(next), Seconds: d.Seconds(), Bytes: netProbeBytes}
 			if err := n.conn.Send(control.Message{Type: control.MsgNetProbe, NetProbe: &p}); err != nil {
 				w.report(control.NetResult{ID: id, Error: err.Error()})
 			}

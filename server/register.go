@@ -44,6 +44,13 @@ func (s *Server) register(c *control.Conn, h *control.Hello) (n *nodeState, retu
 	if s.aborted != "" {
 		return nil, false, "the cast was aborted: " + s.aborted
 	}
+	defer func() {
+		if n != nil && s.cfg.Key == nil {
+			// Fresh tokens with every welcome, made before the cast loop
+			// can send the node's peers anything.
+			n.token, n.probeToken = stream.NewToken(), stream.NewToken()
+		}
+	}()
 	if r := h.Resume; r != nil {
 		return s.registerResumed(c, h, r, dataAddr, host)
 	}

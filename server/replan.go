@@ -167,7 +167,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 		}
 		remaining = max(remaining, s.img.Size-n.progress.Written)
 	}
-	limits := fullLinks(s.tree, r)
+	limits := fullLinks(s.tree, r, s.diskRates())
 	s.mu.Unlock()
 
 	net, opt, _ := s.model(nodes, s.netFigs)
@@ -228,10 +228,10 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 		return rp, nil, nil
 	}
 	order := make([]*nodeState, 0, len(nodes))
+	s.mu.Lock()
 	for _, name := range best.Plan.Hosts[1:] {
 		order = append(order, s.byName[name])
 	}
-	s.mu.Lock()
 	rw, err := s.tree.reshape(best.Plan.Tree, order)
 	s.mu.Unlock()
 	if err != nil {
@@ -242,6 +242,22 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 		at, rp.From, rp.To, what, mbps(r.slowest), mbps(best.Rate))
 	w.plan = best.Plan
 	return rp, &rw, nil
+}
+
+// diskRates are the nodes' measured target write rates, each node's own
+// or its machine's. Called with s.mu held.
+func (s *Server) diskRates() map[*nodeState]float64 {
+	machine := map[string]float64{}
+	for _, n := range s.castNodes {
+		if n.probe != nil && n.probe.DiskWriteBytesPerSec > 0 {
+			machine[n.machine] = n.probe.DiskWriteBytesPerSec
+		}
+	}
+	out := map[*nodeState]float64{}
+	for _, n := range s.castNodes {
+		out[n] = machine[n.machine]
+	}
+	return out
 }
 
 // fullLink is a host's link the cast found full: it sent rate bytes/s of
@@ -261,7 +277,11 @@ func (l fullLink) String() string {
 // sender itself gets (the source gets it all). The children's pull sums to
 // what the link carried. A sender with one child cannot tell a full link
 // from a slow child. Called with s.mu held.
-func fullLinks(t *castTree, r rates) []fullLink {
+//
+// Children that write about as fast as their disks were measured to prove
+// nothing about the link either: their disks hold them (disk gives each
+// node's measured write rate, 0 if unknown).
+func fullLinks(t *castTree, r rates, disk map[*nodeState]float64) []fullLink {
 	var out []fullLink
 	for _, u := range append([]*vertex{t.root}, t.members()...) {
 		if len(u.children) < 2 {
@@ -275,14 +295,17 @@ func fullLinks(t *castTree, r rates) []fullLink {
 			}
 		}
 		var sum float64
-		measured := 0
+		measured, diskBound := 0, 0
 		for _, c := range u.children {
 			if p, ok := r.pos[c.node]; ok {
 				sum += p
 				measured++
 			}
+			if d := disk[c.node]; d > 0 && r.written[c.node] >= replanBelow*d {
+				diskBound++
+			}
 		}
-		if measured < len(u.children) || sum/float64(measured) >= replanBelow*own {
+		if measured < len(u.children) || sum/float64(measured) >= replanBelow*own || diskBound > 0 {
 			continue
 		}
 		out = append(out, fullLink{name: u.name(), rate: sum, children: measured})

@@ -108,7 +108,7 @@ func TestFullLinksFindsASenderThatHoldsItsChildrenBack(t *testing.T) {
 				r.pos[byName[name]] = p
 			}
 			var got []string
-			for _, l := range fullLinks(tree, r) {
+			for _, l := range fullLinks(tree, r, nil) {
 				got = append(got, l.String())
 			}
 			if s := strings.Join(got, ", "); s != tc.want {
@@ -148,6 +148,29 @@ func TestWatchTakesRatesOverAWindow(t *testing.T) {
 		}
 		if n := len(w.samples[byName["n1"]]); n > int(rateWindow/watchEvery)+1 {
 			t.Errorf("after %s: %d samples kept", span, n)
+		}
+	}
+}
+
+// TestFullLinksLeavesDiskBoundChildrenOut: a star whose children write as
+// fast as their disks were measured proves nothing about the source's
+// link; the same star with fast disks does.
+func TestFullLinksLeavesDiskBoundChildrenOut(t *testing.T) {
+	tree, byName := testTree(t, capacity.Star(3).Parent...)
+	r := rates{pos: map[*nodeState]float64{}, written: map[*nodeState]float64{}}
+	for _, n := range byName {
+		r.pos[n], r.written[n] = 3e6, 3e6
+	}
+	for _, tc := range []struct {
+		disk float64
+		full bool
+	}{{3.2e6, false}, {300e6, true}} {
+		disk := map[*nodeState]float64{}
+		for _, n := range byName {
+			disk[n] = tc.disk
+		}
+		if got := len(fullLinks(tree, r, disk)) > 0; got != tc.full {
+			t.Errorf("children writing 3 MB/s to disks of %.0f MB/s: source link full %v, want %v", tc.disk/1e6, got, tc.full)
 		}
 	}
 }

@@ -157,6 +157,9 @@ type Server struct {
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
 	signer ed25519.PrivateKey
+	// identity is the server's own key (castkey.Key.Identity): it signs
+	// enrollments and the signer's public key.
+	identity ed25519.PrivateKey
 	// resume is set when the nodes bring a cast under way: a restarted
 	// server takes it up where it was.
 	resume *control.Resume
@@ -189,6 +192,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			return Summary{}, err
 		}
 		s.signer = signer
+		// The key file's key stays here, as the server's identity; the
+		// cast runs under the key derived for it (castkey.Key.Shared).
+		s.identity = cfg.Key.Identity()
+		s.cfg.Key = cfg.Key.Shared()
 	}
 	if err := stream.CheckFrameSize(cfg.FrameSize); err != nil {
 		return Summary{}, err

@@ -42,6 +42,7 @@ type nodeState struct {
 	machine    string          // tells nodes on one machine apart from the rest
 	probes     bool            // it measures its machine for the others on it
 	token      []byte          // its data token from its latest welcome (unkeyed casts)
+	probeToken []byte          // and its probe token
 	conn       *control.Conn
 
 	status status

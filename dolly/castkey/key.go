@@ -139,14 +139,21 @@ func NewNonce() []byte {
 	return b
 }
 
-// Identity is the server's signing key for the cast key k: what a node
-// that does not hold the key (a netbooted PC) checks the server against,
-// given only its public half (see Enroll in dolly/control). It is derived
-// from the key, so every server run with the same key has the same
-// identity and no file more is kept; the public half tells nothing of the
-// key.
+// Identity is the server's signing key for the key file's key k: what a
+// node checks the server against, given only its public half (a netbooted
+// PC), or derived like the server (one with the key file). It is derived
+// from k, so every server run with the same key has the same identity and
+// no file more is kept; the public half tells nothing of k.
 func (k Key) Identity() ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(k.Derive("server identity", nil))
+}
+
+// Shared is the key every keyed part of a cast runs under (control proofs
+// and tags, frame keys, data handshakes): derived from the key file's k,
+// and all an enrolled node is handed. It does not give the Identity
+// away, so a node that enrolled cannot pose as the server.
+func (k Key) Shared() Key {
+	return Key(k.Derive("shared cast key", nil))
 }
 
 // ServerKey is the text form of a server's public key, as dolly.serverkey=

@@ -87,12 +87,12 @@ func NodeEnroll(c *Conn, server ed25519.PublicKey, nonce []byte, eph *ecdh.Priva
 }
 
 // ServerEnroll runs the server's half with a node whose hello h asks to
-// enroll: it signs with key's identity, agrees a secret with the node and
+// enroll: it signs with identity (castkey.Key.Identity), agrees a secret with the node and
 // checks the node has it. It returns the secret, under which the welcome
 // hands the node the cast key (SealCastKey). Admitting the node is the
 // caller's to decide. An error says why the node is refused.
-func ServerEnroll(c *Conn, key castkey.Key, h *Hello, timeout time.Duration) ([]byte, error) {
-	if key == nil {
+func ServerEnroll(c *Conn, identity ed25519.PrivateKey, h *Hello, timeout time.Duration) ([]byte, error) {
+	if identity == nil {
 		return nil, errors.New("this cast has no key to enroll nodes with: give dolly-server -key, or run the node without -server-key")
 	}
 	if len(h.Nonce) != castkey.NonceLen {
@@ -105,7 +105,7 @@ func ServerEnroll(c *Conn, key castkey.Key, h *Hello, timeout time.Duration) ([]
 	hello := c.Transcript()
 	eph := NewEnrollKey()
 	nonce := castkey.NewNonce()
-	sig := ed25519.Sign(key.Identity(), enrollSigned(hello, h.Nonce, nonce, eph.PublicKey().Bytes()))
+	sig := ed25519.Sign(identity, enrollSigned(hello, h.Nonce, nonce, eph.PublicKey().Bytes()))
 	if err := c.Send(Message{Type: MsgChallenge, Auth: &Auth{Nonce: nonce, Ephemeral: eph.PublicKey().Bytes(), Signature: sig}}); err != nil {
 		return nil, fmt.Errorf("%w: sending the challenge: %v", castkey.ErrAuth, err)
 	}
@@ -155,4 +155,26 @@ func OpenCastKey(secret, sealed []byte) (castkey.Key, error) {
 		return nil, fmt.Errorf("%w: the cast key in the welcome does not open", castkey.ErrAuth)
 	}
 	return castkey.Key(key), nil
+}
+
+// signKeySigned is what the server's identity signs of the key it signs
+// frames with: nodes take no other.
+func signKeySigned(cast [16]byte, signKey []byte) []byte {
+	return castkey.MAC([]byte("dolly sign key v1"), cast[:], signKey)
+}
+
+// SignSignKey signs the frame-signing key signKey of cast with identity,
+// for the welcome.
+func SignSignKey(identity ed25519.PrivateKey, cast [16]byte, signKey []byte) []byte {
+	return ed25519.Sign(identity, signKeySigned(cast, signKey))
+}
+
+// CheckSignKey checks the welcome's frame-signing key against the server's
+// identity: whoever else holds the cast key (a relay, an enrolled node)
+// could otherwise hand a node a key of its own.
+func CheckSignKey(server ed25519.PublicKey, cast [16]byte, w *Welcome) (ed25519.PublicKey, error) {
+	if len(w.SignKey) != ed25519.PublicKeySize || !ed25519.Verify(server, signKeySigned(cast, w.SignKey), w.SignKeySig) {
+		return nil, fmt.Errorf("%w: the server's frame-signing key is not signed by the server key", castkey.ErrAuth)
+	}
+	return ed25519.PublicKey(w.SignKey), nil
 }

@@ -30,7 +30,7 @@ func enroll(t *testing.T, key castkey.Key, trusted ed25519.PublicKey) (nodeMsg M
 			done <- result{nil, err}
 			return
 		}
-		secret, err := ServerEnroll(srv, key, m.Hello, time.Second)
+		secret, err := ServerEnroll(srv, key.Identity(), m.Hello, time.Second)
 		if err == nil {
 			err = srv.Send(Message{Type: MsgWelcome, Welcome: &Welcome{SealedKey: SealCastKey(secret, key)}})
 		}

@@ -147,9 +147,15 @@ type Welcome struct {
 	// DataToken, in a cast without a key, is the node's own: a peer opening
 	// its data connection must prove it knows it (see stream.NewToken).
 	DataToken []byte `json:"data_token,omitempty"`
+	// ProbeToken is the node's other token (unkeyed casts), for bandwidth
+	// probes only: the peers that probe a node must not be able to feed it.
+	ProbeToken []byte `json:"probe_token,omitempty"`
 	// SignKey, in a keyed cast, is the Ed25519 public key the source signs
 	// every frame with: a node takes no frame it did not sign.
 	SignKey []byte `json:"sign_key,omitempty"`
+	// SignKeySig is the server identity's signature over the cast ID and
+	// SignKey (control.SignSignKey).
+	SignKeySig []byte `json:"sign_key_sig,omitempty"`
 	// SealedKey, for an enrolled node, is the cast key sealed under the
 	// session it agreed with the server (see OpenCastKey).
 	SealedKey []byte `json:"sealed_key,omitempty"`
@@ -218,7 +224,7 @@ type Result struct {
 type NetProbe struct {
 	ID      uint64  `json:"id"`
 	To      string  `json:"to"`              // the receiver's data address
-	Token   []byte  `json:"token,omitempty"` // the receiver's data token (unkeyed casts)
+	Token   []byte  `json:"token,omitempty"` // the receiver's probe token (unkeyed casts)
 	Seconds float64 `json:"seconds"`
 	Bytes   int64   `json:"bytes"`
 }

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/ecdh"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,13 +34,17 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		return nil, fmt.Errorf("joining: unexpected %s message", m.Type)
 	}
 	n.welcome = *m.Welcome
-	n.token.Store(&m.Welcome.DataToken)
+	if n.cfg.Key == nil && (len(m.Welcome.DataToken) != stream.TokenLen || len(m.Welcome.ProbeToken) != stream.TokenLen) {
+		return nil, n.fail("the server gave no data tokens (an older server?): anyone could feed this node")
+	}
+	n.setTokens(m.Welcome)
 	if n.cfg.Key != nil {
-		if len(n.welcome.SignKey) != ed25519.PublicKeySize {
-			return nil, n.fail("the server gave no key to check the source's signatures with (an older server?)")
+		signKey, err := control.CheckSignKey(n.cfg.ServerKey, n.welcome.Cast, &n.welcome)
+		if err != nil {
+			return nil, n.fail(err.Error())
 		}
 		n.frameKey = stream.NewFrameKey(n.cfg.Key, n.welcome.Cast, n.welcome.Encrypted)
-		n.frameKey.Trust(ed25519.PublicKey(n.welcome.SignKey))
+		n.frameKey.Trust(signKey)
 	}
 	go n.acceptData(ctx)
 	ready, err := n.checkTarget(ctx, c.LocalAddr())
@@ -86,7 +89,13 @@ func (n *node) meet(ctx context.Context) (*control.Conn, control.Message, error)
 		if err != nil {
 			return nil, control.Message{}, err
 		}
-		m, err := n.hello(c, nil, 0)
+		// Within the join timeout, if there is one: a server that takes
+		// the connection and never answers must not hold the node.
+		wait := time.Duration(0)
+		if !deadline.IsZero() {
+			wait = max(time.Until(deadline), time.Millisecond)
+		}
+		m, err := n.hello(c, nil, wait)
 		if err == nil {
 			return c, m, nil
 		}

@@ -105,9 +105,9 @@ type node struct {
 	ctl *session     // the control connection, across lost servers
 
 	welcome control.Welcome
-	// token is this node's data token from its latest welcome (unkeyed
-	// casts): upstreams must prove they know it.
-	token atomic.Pointer[[]byte]
+	// tokens are this node's from its latest welcome (unkeyed casts): an
+	// upstream must prove it knows the data token, a prober the probe one.
+	tokens atomic.Pointer[tokens]
 	// frameKey checks (and decrypts) the frames of a keyed cast; nil in
 	// an unkeyed one.
 	frameKey *stream.FrameKey
@@ -162,6 +162,12 @@ func (o *outcome) get() (done bool, d imaging.Digest) {
 // has, reconnects, and goes on with the server it finds.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
+	if cfg.Key != nil {
+		// The key file's key: the server's identity follows from it, and
+		// the cast runs under the key derived for it.
+		cfg.ServerKey = cfg.Key.Identity().Public().(ed25519.PublicKey)
+		cfg.Key = cfg.Key.Shared()
+	}
 	n := &node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), casting: make(chan struct{}),
 		headerSet: make(chan struct{}), firstHeader: make(chan stream.StreamHeader, 1)}
 	ln, err := net.Listen("tcp", cfg.DataListen)
@@ -204,12 +210,26 @@ func (n *node) fail(reason string) error {
 	return errors.New(reason)
 }
 
-// dataToken is this node's data token; nil in a keyed cast.
-func (n *node) dataToken() []byte {
-	if t := n.token.Load(); t != nil {
-		return *t
+// tokens are a node's data and probe tokens.
+type tokens struct{ data, probe []byte }
+
+// setTokens takes the tokens of a welcome.
+func (n *node) setTokens(w *control.Welcome) {
+	n.tokens.Store(&tokens{data: w.DataToken, probe: w.ProbeToken})
+}
+
+// token is the token a peer opening connection c must prove it knows:
+// the probe token for a bandwidth probe, else the data token; nil in a
+// keyed cast.
+func (n *node) token(probe bool) []byte {
+	t := n.tokens.Load()
+	switch {
+	case t == nil:
+		return nil
+	case probe:
+		return t.probe
 	}
-	return nil
+	return t.data
 }
 
 func (n *node) result() Result {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"dolly/dolly/control"
+	"dolly/dolly/stream"
 )
 
 // session is the node's side of the control connection for its whole run.
@@ -154,11 +154,11 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 		case err != nil:
 			n.log.Warn("rejoining the server failed", "err", err)
 		case m.Type == control.MsgWelcome && m.Welcome.Resumed && m.Welcome.Encrypted == n.welcome.Encrypted:
-			n.log.Info("back with the server", "pos", resume.Pos)
-			n.token.Store(&m.Welcome.DataToken) // a restarted server hands out its own
-			if n.frameKey != nil && len(m.Welcome.SignKey) == ed25519.PublicKeySize {
-				n.frameKey.Trust(ed25519.PublicKey(m.Welcome.SignKey)) // and signs with its own
+			if err := n.takeBack(m.Welcome); err != nil {
+				n.log.Warn("server does not take this node back as it should", "err", err)
+				break
 			}
+			n.log.Info("back with the server", "pos", resume.Pos)
 			return c
 		default:
 			n.log.Warn("server does not take this node back", "reply", m.Type, "reason", m.Reason)
@@ -171,6 +171,25 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 			t.Stop()
 		}
 	}
+	return nil
+}
+
+// takeBack takes what the welcome of a server this node comes back to
+// hands out: a restarted server has tokens and a frame-signing key of its
+// own, the latter signed by the server key.
+func (n *node) takeBack(w *control.Welcome) error {
+	if n.frameKey == nil {
+		if len(w.DataToken) != stream.TokenLen || len(w.ProbeToken) != stream.TokenLen {
+			return errors.New("no data tokens: anyone could feed this node")
+		}
+		n.setTokens(w)
+		return nil
+	}
+	signKey, err := control.CheckSignKey(n.cfg.ServerKey, n.welcome.Cast, w)
+	if err != nil {
+		return err
+	}
+	n.frameKey.Trust(signKey)
 	return nil
 }
 

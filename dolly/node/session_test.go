@@ -127,7 +127,8 @@ func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
 	}()
 
 	c1, hello := srv.accept()
-	welcome := control.Welcome{Cast: cast, Image: "image", ImageSize: size, Fingerprint: "fp"}
+	welcome := control.Welcome{Cast: cast, Image: "image", ImageSize: size, Fingerprint: "fp",
+		DataToken: stream.NewToken(), ProbeToken: stream.NewToken()}
 	srv.send(c1, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
 	srv.recv(c1, control.MsgReady)
 	srv.send(c1, control.Message{Type: control.MsgAssign, Assign: &control.Assign{Upstream: "source", Encoding: "raw"}})
@@ -139,7 +140,7 @@ func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if pos, err := stream.OpenStream(up, h, nil, nil); err != nil || pos != 0 {
+	if pos, err := stream.OpenStream(up, h, nil, welcome.DataToken); err != nil || pos != 0 {
 		t.Fatalf("opening the stream: pos %d, %v", pos, err)
 	}
 	half := len(data) / 2

@@ -95,7 +95,7 @@ func (n *node) takeData(ctx context.Context, c net.Conn, seq uint64) {
 	defer stop()
 	in, err := stream.AcceptStream(c)
 	if err == nil {
-		err = in.Verify(n.frameKey, n.dataToken())
+		err = in.Verify(n.frameKey, n.token(in.Probe != 0))
 	}
 	if err != nil {
 		n.log.Warn("dropped data connection", "from", c.RemoteAddr(), "err", err)
@@ -159,7 +159,7 @@ func (n *node) takeUpstream(ctx context.Context, c net.Conn, in *stream.Incoming
 		return
 	}
 	if err == nil {
-		err = in.Answer(n.frameKey, n.dataToken(), pos)
+		err = in.Answer(n.frameKey, n.token(false), pos)
 	}
 	if err != nil {
 		n.log.Warn("upstream connection failed", "from", c.RemoteAddr(), "err", err)

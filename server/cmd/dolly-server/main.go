@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -217,8 +218,14 @@ func run() int {
 			fmt.Fprintf(os.Stderr, "dolly-server: warning: %s\n", w)
 		}
 		cfg.Key, cfg.Encrypt = k, *encrypt
-		if *allow != "" {
-			cfg.Allow = strings.Split(*allow, ",")
+		for _, pat := range strings.Split(*allow, ",") {
+			if pat = strings.TrimSpace(pat); pat == "" {
+				continue
+			}
+			if _, err := path.Match(pat, ""); err != nil {
+				return usageErr("-allow %q: %v", pat, err)
+			}
+			cfg.Allow = append(cfg.Allow, pat)
 		}
 		fmt.Fprintf(os.Stderr, "dolly-server: server key %s (nodes without the cast key enroll with dolly -server-key; netbooted ones get it on their command line)\n",
 			castkey.ServerKey(k.Identity().Public().(ed25519.PublicKey)))
