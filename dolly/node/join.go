@@ -79,23 +79,22 @@ func (n *node) meet(ctx context.Context) (*control.Conn, control.Message, error)
 	if n.cfg.JoinTimeout > 0 {
 		deadline = time.Now().Add(n.cfg.JoinTimeout)
 	}
+	// left is what remains of the join timeout; 0 means no limit. A
+	// server that takes the connection and never answers must not hold
+	// the node past it either.
+	left := func() time.Duration {
+		if deadline.IsZero() {
+			return 0
+		}
+		return max(time.Until(deadline), time.Millisecond)
+	}
 	pause := 100 * time.Millisecond
 	for {
-		limit := time.Duration(0)
-		if !deadline.IsZero() {
-			limit = max(time.Until(deadline), time.Millisecond)
-		}
-		c, err := n.dialServer(ctx, limit)
+		c, err := n.dialServer(ctx, left())
 		if err != nil {
 			return nil, control.Message{}, err
 		}
-		// Within the join timeout, if there is one: a server that takes
-		// the connection and never answers must not hold the node.
-		wait := time.Duration(0)
-		if !deadline.IsZero() {
-			wait = max(time.Until(deadline), time.Millisecond)
-		}
-		m, err := n.hello(c, nil, wait)
+		m, err := n.hello(c, nil, left())
 		if err == nil {
 			return c, m, nil
 		}
