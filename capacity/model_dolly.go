@@ -28,8 +28,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	memory    ((1+o)·w + 2w + w + 2d + d + d [+ w + d + 2 + 1])·b ≤ memory
 //	          NIC DMAs, read copy, CRC, write copy, disk DMA, digest [decoder in/out, gather copy, zero scan]
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write + d/digest
-//	           [+ 1/decompress + 1/copy + 1/digest])·b ≤ cores
-//	          where write is the probed write path (disk CPU rate), else the copy rate,
+//	           [+ 1/decompress + 1/copy + 1/digest + d/copy])·b ≤ cores
+//	          where write is the probed write path (disk CPU rate, the kernel
+//	          threads' share included), else the copy rate,
 //	          and decompress the decoder's rate in raw bytes of this image (zero
 //	          runs included: they decode fast, but not for free)
 //	decoding thread, when decompression cannot spread over cores: the one
@@ -51,19 +52,23 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	if write == 0 {
 		write = share(r.CPU.Copy)
 	}
-	cpu := (1+o)*w*share(r.CPU.Net) + w*share(r.CPU.Copy) + w*share(r.CPU.Digest) +
-		d*write + d*share(r.CPU.Digest)
+	cpu := (1+o)*w*share(r.CPU.Net) + w*share(r.CPU.Copy) + w*share(r.CPU.Digest) + d*write
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)
 		if err != nil {
 			return err
 		}
 		memory += w + d + 2 + 1
-		cpu += st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest)
+		// The decoder's thread also gathers, scans for zero runs, digests
+		// and copies into the target's aligned chunks: all of it counts
+		// against the cores too.
+		thread := st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
+		cpu += thread
 		if !r.ParallelDecompress {
-			thread := st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
 			h.add(DecompressLimit, flow, thread, 1)
 		}
+	} else {
+		cpu += d * share(r.CPU.Digest)
 	}
 	h.add(DiskLimit, flow, d, r.Disk)
 	h.add(IOBusLimit, flow, (1+o)*w+d, r.IOBus)

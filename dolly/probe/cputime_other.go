@@ -12,3 +12,12 @@ func MachineCPU() time.Duration { return 0 }
 
 // ProcessCPU reports nothing here.
 func ProcessCPU() time.Duration { return 0 }
+
+// KernelThreads reports nothing here.
+type KernelThreads struct{}
+
+// FindKernelThreads finds none here.
+func FindKernelThreads() *KernelThreads { return &KernelThreads{} }
+
+// Since reports nothing here.
+func (*KernelThreads) Since() time.Duration { return 0 }

@@ -74,24 +74,28 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	buf := imaging.AlignedBuffer(probeBlock)
 	var wrote int64
 	var spent, cpu time.Duration
+	// The write's cost counts the kernel threads' work for it too (a loop
+	// device's worker, writeback), but not the reads'.
+	kernel := FindKernelThreads()
 	deadline := time.Now().Add(budget)
 	for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += probeBlock {
 		if _, err := in.ReadAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("reading %s: %w", path, err)
 		}
 		unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
+		kernel.Since()
 		t, c := time.Now(), ProcessCPU()
 		if _, err := out.WriteAt(buf, off); err != nil {
 			return diskProbe{}, fmt.Errorf("writing %s: %w", path, err)
 		}
-		spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c
+		spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c+kernel.Since()
 		wrote += probeBlock
 	}
 	t, c := time.Now(), ProcessCPU()
 	if err := out.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c
+	spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c+kernel.Since()
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
 	if outDirect {
 		how += " with O_DIRECT"
@@ -120,6 +124,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	buf := imaging.AlignedBuffer(probeBlock)
 	StandardSample(buf, 3)
 	var wrote int64
+	kernel := FindKernelThreads()
 	start, c := time.Now(), ProcessCPU()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
@@ -130,7 +135,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, ProcessCPU()-c),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, ProcessCPU()-c+kernel.Since()),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", units.FormatBytes(wrote), dir)}, nil
 }
 
