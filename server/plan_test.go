@@ -26,9 +26,8 @@ func crowdedLab(n int, link float64) capacity.Network {
 	return net
 }
 
-// A plan that the CPU of a machine crowded with hosts holds back is run only
-// when it is predicted well ahead of one the links hold back: its figure
-// leaves out what the hosts cost each other.
+// Plans are compared with a crowded machine's CPU at twice its figures' cost:
+// the figures leave out what the hosts cost each other.
 func TestChooseDoubtsACrowdedMachine(t *testing.T) {
 	raw := capacity.Compression{Codec: "zstd", Factor: 1}
 	tests := []struct {
@@ -38,10 +37,10 @@ func TestChooseDoubtsACrowdedMachine(t *testing.T) {
 		wantComp string
 		wantNote bool
 	}{
-		// Gigabit: zstd's CPU-bound prediction is ahead of the raw chain, but by
-		// less than the margin: the raw chain runs.
+		// Gigabit: zstd's CPU-bound prediction is ahead of the raw chain, but
+		// not at twice the CPU's cost: the raw chain runs.
 		{"gigabit, 8 nodes", 8, 125e6, "none", true},
-		// Fast Ethernet: zstd is ahead several times over and runs.
+		// Fast Ethernet: zstd is ahead even so, and runs.
 		{"fast ethernet, 8 nodes", 8, 12.5e6, "zstd", false},
 		// One node: the machine is not crowded, the model's best runs.
 		{"gigabit, 1 node", 1, 125e6, "zstd", false},
