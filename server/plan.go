@@ -170,7 +170,7 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 			ch.Result = r
 		}
 	}
-	if ch.Result.Plan.Hosts != nil && !sameShape(ch.Result.Plan, best.Plan) {
+	if !sameShape(ch.Result.Plan, best.Plan) {
 		c, _ := crowdedCPU(best)
 		ch.Notes = append(ch.Notes, fmt.Sprintf("%s runs, not %s (%s MB/s): that one leans on the CPU of machine %s, which %d hosts share on %.0f cores, and one host timed those figures alone; at %.0f× their cost it would run at %s MB/s",
 			planName(ch.Result), planName(best), mbps(best.Rate), c.Subject, c.Streams, c.Cap, crowdedCost, mbps(doubtedRate(best))))
