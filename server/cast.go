@@ -19,6 +19,16 @@ type castPlan struct {
 	tree  capacity.Tree
 	nodes []*nodeState
 	send  imaging.Encoding // how the stream travels
+	// apart are the nodes served apart, each by a node of the plan at its
+	// own pace.
+	apart []apartLink
+}
+
+// apartLink is a node served apart and the plan's vertex that serves it.
+type apartLink struct {
+	node *nodeState
+	up   int
+	rate float64 // predicted
 }
 
 // bind ties the chosen plan's vertices to the nodes.
@@ -28,10 +38,26 @@ func (s *Server) bind(ch Choice, ready []*nodeState) castPlan {
 		byName[n.name] = n
 	}
 	p := castPlan{tree: ch.Result.Plan.Tree, send: ch.Send}
-	for _, name := range ch.Result.Plan.Hosts[1:] {
-		p.nodes = append(p.nodes, byName[name])
+	vertex := map[string]int{}
+	for v, name := range ch.Result.Plan.Hosts {
+		vertex[name] = v
+		if v > 0 {
+			p.nodes = append(p.nodes, byName[name])
+		}
+	}
+	for _, a := range ch.Apart {
+		p.apart = append(p.apart, apartLink{node: byName[a.Name], up: vertex[a.From], rate: a.Rate})
 	}
 	return p
+}
+
+// all is every node of the cast: the plan's, then those served apart.
+func (p castPlan) all() []*nodeState {
+	out := slices.Clone(p.nodes)
+	for _, a := range p.apart {
+		out = append(out, a.node)
+	}
+	return out
 }
 
 func (p castPlan) name(v int) string {
@@ -48,13 +74,16 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	s.mu.Lock()
 	now := time.Now()
 	s.tree = plantTree(p.tree, p.nodes)
-	for _, n := range p.nodes {
+	for _, a := range p.apart {
+		s.tree.addPaced(s.tree.vertexAt(p.nodes, a.up), a.node)
+	}
+	for _, n := range p.all() {
 		n.lastHeard, n.lastMoved = now, now
 		if n.status == stReady {
 			n.status, n.start = stCasting, now
 		}
 	}
-	s.castNodes = append([]*nodeState(nil), p.nodes...)
+	s.castNodes = p.all()
 	for _, n := range s.nodes {
 		if n.resumed && n.status == stDone && !slices.Contains(s.castNodes, n) {
 			s.castNodes = append(s.castNodes, n) // has it all: awaits its verdict
@@ -84,15 +113,25 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 
 	kids := p.tree.ChildLists()
+	assign := func(n *nodeState, a control.Assign) {
+		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
+			s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
+		}
+	}
 	for v := 1; v < len(kids); v++ {
-		n := p.nodes[v-1]
 		a := control.Assign{Upstream: p.name(p.tree.Parent[v]), Encoding: p.send.String()}
 		for _, w := range kids[v] {
 			a.Children = append(a.Children, s.peer(p.nodes[w-1]))
 		}
-		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
-			s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
+		for _, ap := range p.apart {
+			if ap.up == v {
+				a.Children = append(a.Children, s.peer(ap.node))
+			}
 		}
+		assign(p.nodes[v-1], a)
+	}
+	for _, ap := range p.apart {
+		assign(ap.node, control.Assign{Upstream: p.name(ap.up), Encoding: p.send.String()})
 	}
 
 	view := newProgressView(s.cfg.Out, s.cfg.Interactive, s.cfg.ProgressEvery, s.img.Size)

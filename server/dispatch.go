@@ -245,7 +245,8 @@ func (s *Server) rewire(ctx context.Context, r rewiring) {
 func (s *Server) peer(n *nodeState) control.Peer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return control.Peer{Name: n.name, Addr: n.dataAddr, Token: n.token}
+	paced := s.tree != nil && s.tree.paced(n)
+	return control.Peer{Name: n.name, Addr: n.dataAddr, Token: n.token, Paced: paced}
 }
 
 // probeToken is what a peer that sends n a bandwidth probe needs: a token

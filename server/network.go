@@ -28,7 +28,13 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 		names = append(names, n.name)
 	}
 	net, opt, notes := s.model(ready, figs)
-	ch, err := Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
+	choose := func(net capacity.Network) (Choice, error) {
+		return Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
+	}
+	ch, err := choose(net)
+	if err == nil {
+		ch = serveApart(net, opt, ch, choose)
+	}
 	if err == nil && !ch.Modeled {
 		err = errors.New("nothing limits any plan in the model: no probes, and no topology file")
 	}

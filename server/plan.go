@@ -106,6 +106,9 @@ type Choice struct {
 	Send    imaging.Encoding  // how the stream travels
 	Modeled bool              // false when the model could not judge the plans
 	Notes   []string
+	// Apart are the nodes left out of the plan as too slow for it, each
+	// served at its own pace by a node of the plan (see serveApart).
+	Apart []Apart
 }
 
 // Choose ranks the plans for a network and picks the one to run: the

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -86,8 +87,8 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 	first := true
 	for _, v := range t.members() {
 		n := v.node
-		if n.status != stCasting {
-			continue
+		if n.status != stCasting || v.paced {
+			continue // a node served apart runs at its own pace, not the plan's
 		}
 		ss := append(w.samples[n], sample{at: now, written: n.progress.Written, pos: n.pos})
 		for len(ss) > 1 && now.Sub(ss[1].at) >= rateWindow {
@@ -158,6 +159,10 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, error) {
 	rp := Replan{At: now.Sub(w.start), From: w.plan.Name(), To: w.plan.Name(), Measured: r.slowest}
 	s.mu.Lock()
+	if s.tree.servesApart() {
+		s.mu.Unlock()
+		return rp, nil, errors.New("nodes are served apart: the plan stays to the end")
+	}
 	tree, nodes := s.tree.shape()
 	var remaining int64
 	for _, n := range nodes {

@@ -56,6 +56,10 @@ type ReportNode struct {
 	Seconds  float64 `json:"seconds,omitempty"` // from its assignment to its verdict
 	MBps     float64 `json:"mbps,omitempty"`    // image bytes over those seconds
 	Verified bool    `json:"verified"`
+	// PredictedMBps is the model's rate for this node; ApartFrom names the
+	// node that served it at its own pace, when the plan served it apart.
+	PredictedMBps float64 `json:"predicted_mbps,omitempty"`
+	ApartFrom     string  `json:"apart_from,omitempty"`
 }
 
 // NewReport turns a summary into a report.
@@ -98,7 +102,10 @@ func NewReport(sum Summary) Report {
 			MeasuredMBps: rp.Measured / 1e6, PredictedMBps: rp.Predicted / 1e6})
 	}
 	for _, n := range sum.Nodes {
-		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified}
+		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified, ApartFrom: n.Apart}
+		if n.Predicted > 0 && n.Predicted < 1e15 {
+			rn.PredictedMBps = n.Predicted / 1e6
+		}
 		if n.Elapsed > 0 {
 			rn.Seconds = n.Elapsed.Seconds()
 			rn.MBps = float64(sum.Size) / n.Elapsed.Seconds() / 1e6

@@ -211,6 +211,10 @@ func encode(ctx context.Context, enc *stream.Encoder, w io.Writer, rate float64,
 // from the relay's history, or from an encoder of its own when the
 // history no longer holds the child's position.
 func (src *source) attach(ctx context.Context, n *nodeState) error {
+	if src.s.peer(n).Paced {
+		// A node served apart must never hold the others back.
+		return src.attachSeparately(ctx, n)
+	}
 	c, pos, err := src.connect(ctx, n)
 	if err != nil {
 		return err

@@ -39,6 +39,11 @@ type NodeSummary struct {
 	Reason   string
 	Elapsed  time.Duration
 	Verified bool
+	// Predicted is the model's rate for the node, raw image bytes per
+	// second (0: no prediction); Apart names the node that served it when
+	// the plan served it apart.
+	Predicted float64
+	Apart     string
 }
 
 // ErrNotAllVerified means the cast ended with at least one node not verified.
@@ -60,6 +65,14 @@ func (s *Server) summary(sum Summary) Summary {
 		if n.verdict == verified {
 			sum.Verified++
 		}
+		if sum.Plan.Modeled {
+			ns.Predicted = sum.Plan.Result.Rate
+		}
+		for _, a := range sum.Plan.Apart {
+			if a.Name == n.name {
+				ns.Predicted, ns.Apart = a.Rate, a.From
+			}
+		}
 		sum.Nodes = append(sum.Nodes, ns)
 	}
 	return sum
@@ -74,10 +87,10 @@ func (s *Server) printSummary(sum Summary) {
 	for _, n := range sum.Nodes {
 		nameW, targetW = max(nameW, len(n.Name)), max(targetW, len(n.Target))
 	}
-	row := func(name, target, t, rate, result string) {
-		fmt.Fprintf(out, "  %-*s  %-*s  %8s %8s  %s\n", nameW, name, targetW, target, t, rate, result)
+	row := func(name, target, t, rate, predicted, result string) {
+		fmt.Fprintf(out, "  %-*s  %-*s  %8s %8s %9s  %s\n", nameW, name, targetW, target, t, rate, predicted, result)
 	}
-	row("node", "target", "time", "MB/s", "result")
+	row("node", "target", "time", "MB/s", "predicted", "result")
 	for _, n := range sum.Nodes {
 		result := "OK (digest verified)"
 		if !n.Verified {
@@ -90,12 +103,18 @@ func (s *Server) printSummary(sum Summary) {
 				result += ": " + n.Reason
 			}
 		}
-		t, rate := "—", "—"
+		if n.Apart != "" {
+			result += ", served apart by " + n.Apart
+		}
+		t, rate, predicted := "—", "—", "—"
 		if n.Elapsed > 0 && n.Verified {
 			t = formatDuration(n.Elapsed)
 			rate = mbps(float64(sum.Size) / n.Elapsed.Seconds())
 		}
-		row(n.Name, n.Target, t, rate, result)
+		if n.Predicted > 0 && n.Predicted < 1e15 {
+			predicted = mbps(n.Predicted)
+		}
+		row(n.Name, n.Target, t, rate, predicted, result)
 	}
 	for _, rp := range sum.Replans {
 		fmt.Fprintf(out, "  %s\n", rp.Message)
@@ -106,11 +125,12 @@ func (s *Server) printSummary(sum Summary) {
 }
 
 // MeasuredRate is the cast's rate as the lab saw it: the image over the
-// time the slowest verified node took; 0 when none was verified.
+// time the slowest verified node of the plan took (nodes served apart run
+// at their own pace); 0 when none was verified.
 func (sum Summary) MeasuredRate() float64 {
 	var slowest time.Duration
 	for _, n := range sum.Nodes {
-		if n.Verified && n.Elapsed > slowest {
+		if n.Verified && n.Apart == "" && n.Elapsed > slowest {
 			slowest = n.Elapsed
 		}
 	}

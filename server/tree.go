@@ -26,6 +26,9 @@ type vertex struct {
 	place    place
 	parent   *vertex // its upstream while in the tree; nil at the root
 	children []*vertex
+	// paced says the node is served apart, at its own pace: its upstream
+	// spools what it has not taken yet (see serveApart).
+	paced bool
 }
 
 // place is where a node stands in the cast's tree.
@@ -92,6 +95,31 @@ func (t *castTree) add(up *vertex, n *nodeState) *vertex {
 	}
 	t.link(up, v)
 	return v
+}
+
+// addPaced puts n, a node served apart, under up, which serves it at its
+// own pace.
+func (t *castTree) addPaced(up *vertex, n *nodeState) {
+	t.add(up, n).paced = true
+}
+
+// vertexAt is the vertex of the plan's vertex v, planted with nodes.
+func (t *castTree) vertexAt(nodes []*nodeState, v int) *vertex {
+	if v == 0 {
+		return t.root
+	}
+	return t.at[nodes[v-1]]
+}
+
+// paced reports whether n is served at its own pace.
+func (t *castTree) paced(n *nodeState) bool {
+	v := t.at[n]
+	return v != nil && v.paced
+}
+
+// servesApart reports whether any node in the tree is served apart.
+func (t *castTree) servesApart() bool {
+	return slices.ContainsFunc(t.members(), func(v *vertex) bool { return v.paced })
 }
 
 // link makes up the upstream of v, a vertex not in the tree.
@@ -201,7 +229,7 @@ func (t *castTree) rejoin(n *nodeState, serves func(*nodeState) bool) rewiring {
 			if c == v {
 				continue
 			}
-			if d > deepest && serves(c.node) {
+			if d > deepest && serves(c.node) && !c.paced {
 				tail, deepest = c, d
 			}
 			walk(c, d+1)

@@ -35,8 +35,11 @@ func (s *Server) printPlan(p castPlan, ch Choice) {
 	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 		fmt.Fprintf(out, "  %s\n", line)
 	}
+	for _, a := range p.apart {
+		fmt.Fprintf(out, "  %s: served apart by %s, at its own pace (predicted %s MB/s)\n", a.node.name, p.name(a.up), mbps(a.rate))
+	}
 	fmt.Fprintln(out, "targets:")
-	for _, n := range p.nodes {
+	for _, n := range p.all() {
 		kind := "file"
 		if n.block {
 			kind = "block device"

@@ -180,6 +180,10 @@ type Peer struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr"`
 	Token []byte `json:"token,omitempty"` // its data token, when sending to it (unkeyed casts)
+	// Paced, when sending to it, says the child is served at its own
+	// pace: a slower node the plan serves apart, which must never hold
+	// back the others (see relay.AttachPaced).
+	Paced bool `json:"paced,omitempty"`
 }
 
 // Assign places a node in the plan.

@@ -45,6 +45,10 @@ type Config struct {
 	// NoSplice forwards with user-space copies even where splice works, to
 	// compare the two or to work around a kernel that misbehaves.
 	NoSplice bool
+	// SpoolDir is where the node keeps the stream for a child it serves
+	// at that child's own pace (a slower node); the system's temporary
+	// directory if empty.
+	SpoolDir string
 	// Buffered writes a block device through the page cache instead of
 	// with O_DIRECT, for a driver that handles direct writes badly.
 	Buffered bool

@@ -58,6 +58,9 @@ func (n *node) attachChild(ctx context.Context, p control.Peer) error {
 		c.Close()
 		return fmt.Errorf("child %s: %w", p.Name, err)
 	}
+	if p.Paced {
+		return n.relay.AttachPaced(ctx, p.Name, c, pos)
+	}
 	return n.relay.Attach(ctx, p.Name, c, pos)
 }
 

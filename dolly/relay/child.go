@@ -24,9 +24,12 @@ type relayChild struct {
 	// detached says the child was cut off on purpose: not a loss to report.
 	detached atomic.Bool
 	err      error
-	done     chan struct{}
-	once     sync.Once
-	r        *Relay
+	// spool, for a paced child, takes its rounds so that it never holds
+	// the relay back; nil for the others.
+	spool *spool
+	done  chan struct{}
+	once  sync.Once
+	r     *Relay
 }
 
 // childJob is what a child is sent next: n bytes from its pipe (splice),
@@ -50,11 +53,22 @@ const defaultDeliveryStall = 30 * time.Second
 // waits for it, so children sharing a link do not stall each other.
 const childSlack = 3
 
-func (r *Relay) newChild(name string, c net.Conn) (*relayChild, error) {
+func (r *Relay) newChild(name string, c net.Conn, paced bool) (*relayChild, error) {
 	ch := &relayChild{name: name, conn: c, jobs: make(chan childJob, childSlack+1), tokens: make(chan struct{}, childSlack), slack: childSlack, done: make(chan struct{}), r: r}
+	if paced {
+		s, err := newSpool(r.spoolDir, c)
+		if err != nil {
+			return nil, err
+		}
+		ch.spool = s
+	}
 	if r.zeroCopy {
 		p, err := r.sp.childPipe()
 		if err != nil {
+			if ch.spool != nil {
+				c.Close()
+				ch.spool.release()
+			}
 			return nil, err
 		}
 		ch.pipe = p
@@ -126,6 +140,16 @@ func (ch *relayChild) finish(clean bool) {
 		}
 		close(ch.jobs)
 		<-ch.done
+		if s := ch.spool; s != nil {
+			// A paced child is finished once its spool has gone out,
+			// however long that takes; cutting the child (Detach, the
+			// relay's end) closes its connection and ends the wait.
+			s.close()
+			if err := s.wait(context.Background()); err != nil && clean && !ch.dead.Load() {
+				ch.err = fmt.Errorf("sending to %s: %w", ch.name, err)
+				ch.dead.Store(true)
+			}
+		}
 		if clean && !ch.dead.Load() {
 			// A half-close says "end of stream" (the child sends nothing
 			// that could be left unread and turn the close into a
@@ -147,6 +171,9 @@ func (ch *relayChild) finish(clean bool) {
 		}
 		ch.r.mu.Unlock()
 		ch.conn.Close()
+		if ch.spool != nil {
+			ch.spool.release()
+		}
 		if ch.r.zeroCopy {
 			ch.pipe.close()
 		}
@@ -186,11 +213,18 @@ func (r *Relay) copyRound(up Upstream) (int, error) {
 
 // sendJob sends one job to a child.
 func (r *Relay) sendJob(ch *relayChild, j childJob) error {
+	var w io.Writer = ch.conn
+	if ch.spool != nil {
+		if err := ch.spool.failed(); err != nil {
+			return err
+		}
+		w = ch.spool
+	}
 	switch {
 	case j.catchUp:
-		return r.hist.writeRange(ch.conn, j.from, j.to)
+		return r.hist.writeRange(w, j.from, j.to)
 	case j.data != nil:
-		_, err := ch.conn.Write(j.data)
+		_, err := w.Write(j.data)
 		return err
 	default:
 		return r.sendSplice(ch, j)

@@ -55,7 +55,8 @@ type Relay struct {
 	// it; late counts children attached afterwards that are still served.
 	delivered chan struct{}
 	late      sync.WaitGroup
-	serveLate bool // see Config.ServeLate
+	serveLate bool   // see Config.ServeLate
+	spoolDir  string // see Config.SpoolDir
 
 	mu    sync.Mutex
 	up    Upstream // the current upstream, to wake the loop on a request
@@ -118,6 +119,9 @@ type Config struct {
 	// before the relay stops waiting for it to have the whole stream;
 	// default 30 s, as a disk pausing for a few seconds is normal.
 	DeliveryStall time.Duration
+	// SpoolDir is where paced children's spools go (see AttachPaced); the
+	// system's temporary directory if empty.
+	SpoolDir string
 }
 
 // New makes a relay with no upstream and no children yet.
@@ -133,6 +137,7 @@ func New(cfg Config) (*Relay, error) {
 		localW:    lw,
 		zeroCopy:  !cfg.NoSplice && spliceSupported,
 		serveLate: cfg.ServeLate,
+		spoolDir:  cfg.SpoolDir,
 		reqs:      make(chan relayRequest),
 		given:     make(chan struct{}, 1),
 		events:    make(chan Event, 64),

@@ -28,6 +28,7 @@ type relayRequest struct {
 	conn  net.Conn
 	name  string
 	from  int64
+	paced bool
 	reply chan relayReply
 }
 
@@ -94,6 +95,14 @@ func (r *Relay) Attach(ctx context.Context, name string, c net.Conn, from int64)
 	return err
 }
 
+// AttachPaced adds a child, as Attach does, that is served at its own
+// pace: what it has not taken yet waits in a spool file (Config.SpoolDir),
+// so it never holds back the relay and the other children.
+func (r *Relay) AttachPaced(ctx context.Context, name string, c net.Conn, from int64) error {
+	_, err := r.request(ctx, relayRequest{kind: reqAttach, name: name, conn: c, from: from, paced: true})
+	return err
+}
+
 // ChildNames lists the children.
 func (r *Relay) ChildNames(ctx context.Context) []string {
 	rep, _ := r.request(ctx, relayRequest{kind: reqNames})
@@ -156,7 +165,7 @@ func (r *Relay) handle(ctx context.Context, q relayRequest) {
 		q.up.SetReadDeadline(time.Time{})
 		rep.pos = r.pos.Load()
 	case reqAttach:
-		rep.err = r.attach(ctx, q.name, q.conn, q.from)
+		rep.err = r.attach(ctx, q.name, q.conn, q.from, q.paced)
 		if rep.err != nil {
 			q.conn.Close()
 		}
@@ -178,14 +187,14 @@ func (r *Relay) handle(ctx context.Context, q relayRequest) {
 
 // attach adds a child from stream offset from: what it lacks up to here
 // comes from the history, what it has beyond here is skipped.
-func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64) error {
+func (r *Relay) attach(ctx context.Context, name string, c net.Conn, from int64, paced bool) error {
 	if r.zeroCopy {
 		if _, ok := c.(syscall.Conn); !ok {
 			return fmt.Errorf("relay: child %s is not a socket", name)
 		}
 	}
 	pos := r.pos.Load()
-	ch, err := r.newChild(name, c)
+	ch, err := r.newChild(name, c, paced)
 	if err != nil {
 		return err
 	}

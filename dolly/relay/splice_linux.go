@@ -179,6 +179,9 @@ func (r *Relay) sendSplice(ch *relayChild, j childJob) error {
 		skip -= k
 		fromPipe -= k
 	}
+	if ch.spool != nil {
+		return spliceToSpool(ch.spool, ch.pipe.r, fromPipe, j.extra[min(skip, len(j.extra)):])
+	}
 	if err := spliceOut(rc, ch.pipe.r, fromPipe); err != nil {
 		return err
 	}
@@ -186,6 +189,33 @@ func (r *Relay) sendSplice(ch *relayChild, j childJob) error {
 		_, err = ch.conn.Write(j.extra[skip:])
 	}
 	return err
+}
+
+// spliceToSpool moves exactly n bytes from a pipe to the end of a paced
+// child's spool, then appends extra.
+func spliceToSpool(s *spool, pipeR, n int, extra []byte) error {
+	fd := int(s.w.Fd())
+	for n > 0 {
+		k, err := unix.Splice(pipeR, nil, fd, nil, n, unix.SPLICE_F_MOVE)
+		if err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		if k == 0 {
+			return errors.New("spool: splice made no progress")
+		}
+		s.wrote(k)
+		n -= int(k)
+	}
+	if len(extra) > 0 {
+		_, err := s.Write(extra)
+		return err
+	}
+	return nil
+}
+
+// punchHole gives the file system back the room of f's first n bytes.
+func punchHole(f *os.File, n int64) {
+	unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, n)
 }
 
 // spliceIn moves up to max bytes from a socket or pipe into an empty pipe,

@@ -81,6 +81,7 @@ func run() int {
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine when joining (the model then lacks its figures)")
 	noSplice := fs.Bool("no-splice", false, "forward with ordinary copies instead of splice/tee (for comparison)")
 	buffered := fs.Bool("buffered", false, "write a block device through the page cache instead of with O_DIRECT (for a driver that handles direct writes badly)")
+	spoolDir := fs.String("spool", "", "directory for the stream this node holds for a slower node it serves at that node's pace (default: the system's temporary directory, RAM in the netboot image)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
 	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
 		return code
@@ -128,6 +129,7 @@ func run() int {
 		ReconnectTimeout: *reconnectTimeout,
 		ServerTimeout:    *serverTimeout,
 		NoSplice:         *noSplice,
+		SpoolDir:         *spoolDir,
 		Buffered:         *buffered,
 		NoProbe:          *noProbe,
 		Key:              key,

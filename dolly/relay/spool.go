@@ -1,0 +1,151 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+)
+
+// A paced child is served at its own pace: the relay writes its share of
+// each round into a spool file, which never makes the relay wait, and a
+// sender moves the spool to the child's socket as fast as the child takes
+// it. One slow child (a bad cable, an old disk) then never holds back the
+// others. The spool holds only what the child has not taken yet: what it
+// has is punched out of the file behind the sender.
+type spool struct {
+	w    *os.File // the relay's side: rounds are appended here
+	r    *os.File // the sender's side: its own offset, read with sendfile
+	conn net.Conn
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	end    int64 // bytes written
+	sent   int64 // bytes sent to the child
+	closed bool  // nothing more will be written
+	err    error // the sender's, once it failed
+
+	sentAll chan struct{} // closed when the sender returns
+}
+
+// punchEvery is how many sent bytes the spool lets pile up before it gives
+// their room back to the file system.
+const punchEvery = 8 << 20
+
+// newSpool makes a spool in dir (the system's temporary directory if
+// empty) and starts sending it to c.
+func newSpool(dir string, c net.Conn) (*spool, error) {
+	w, err := os.CreateTemp(dir, ".dolly-spool-*")
+	if err != nil {
+		return nil, fmt.Errorf("spool for a paced child: %w", err)
+	}
+	r, err := os.Open(w.Name())
+	os.Remove(w.Name()) // it lives as long as its two handles
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("spool for a paced child: %w", err)
+	}
+	s := &spool{w: w, r: r, conn: c, sentAll: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	go s.send()
+	return s, nil
+}
+
+// Write appends p for the child.
+func (s *spool) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	s.wrote(int64(n))
+	if err != nil {
+		return n, fmt.Errorf("spool: %w", err)
+	}
+	return n, nil
+}
+
+// wrote tells the sender n more bytes are in the file.
+func (s *spool) wrote(n int64) {
+	s.mu.Lock()
+	s.end += n
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// failed returns the sender's error, if it failed.
+func (s *spool) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// send moves the spool to the child until everything written was sent
+// after close, or the child's connection fails.
+func (s *spool) send() {
+	defer close(s.sentAll)
+	punched := int64(0)
+	for {
+		s.mu.Lock()
+		for s.sent == s.end && !s.closed {
+			s.cond.Wait()
+		}
+		from, to, closed := s.sent, s.end, s.closed
+		s.mu.Unlock()
+		if from == to && closed {
+			return
+		}
+		// Within a LimitedReader the file goes out with sendfile(2).
+		n, err := io.Copy(s.conn, &io.LimitedReader{R: s.r, N: to - from})
+		if err == nil && n < to-from {
+			err = io.ErrUnexpectedEOF
+		}
+		s.mu.Lock()
+		s.sent += n
+		if err != nil {
+			s.err = err
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if s.sent-punched >= punchEvery {
+			punched = s.sent / punchEvery * punchEvery
+			punchHole(s.w, punched)
+		}
+	}
+}
+
+// close says nothing more will be written.
+func (s *spool) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// wait waits until the sender has sent everything written (after close)
+// or failed.
+func (s *spool) wait(ctx context.Context) error {
+	select {
+	case <-s.sentAll:
+		return s.failed()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release closes the spool's file; the sender must have returned, or the
+// child's connection been closed.
+func (s *spool) release() {
+	s.close()
+	<-s.sentAll
+	s.w.Close()
+	s.r.Close()
+}
+
+// backlog is how many bytes the child has yet to take.
+func (s *spool) backlog() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end - s.sent
+}

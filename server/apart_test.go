@@ -1,0 +1,88 @@
+package server
+
+import (
+	"testing"
+
+	"dolly/capacity"
+	"dolly/imaging"
+)
+
+// A node far slower than the rest is served apart, by a leaf of the plan;
+// nodes alike, or one only a little slower, stay in the plan.
+func TestServeApart(t *testing.T) {
+	const fast = 12.5e6 // 100 Mbit/s
+	tests := []struct {
+		name      string
+		nodes     int
+		slow      map[int]float64 // host index (pcb is 1) → link
+		shape     capacity.Kind
+		wantApart []string
+		wantFrom  string
+	}{
+		{"all alike", 6, nil, "", nil, ""},
+		{"one at 10 Mbit/s", 6, map[int]float64{3: fast / 10}, "", []string{"pcd"}, "pcg"},
+		{"one at 10 Mbit/s, forced chain", 6, map[int]float64{3: fast / 10}, capacity.KindChain, []string{"pcd"}, "pcg"},
+		{"two at 10 Mbit/s", 8, map[int]float64{2: fast / 10, 5: fast / 10}, "", []string{"pcc", "pcf"}, ""},
+		{"one a little slower", 6, map[int]float64{3: fast * 0.8}, "", nil, ""},
+		{"two nodes, one slow", 2, map[int]float64{1: fast / 10}, "", []string{"pcb"}, "pcc"},
+	}
+	raw := capacity.Compression{Factor: 1}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			net := crowdedLab(tt.nodes, fast)
+			for i := range net.Hosts {
+				net.Hosts[i].Machine = net.Hosts[i].Name // one machine each
+				if l, ok := tt.slow[i+1]; ok {
+					net.Hosts[i+1].Link = l
+				}
+			}
+			opt := capacity.Options{ImageBytes: 1 << 30, Stored: &raw}
+			choose := func(n capacity.Network) (Choice, error) {
+				return Choose(n, opt, tt.shape, 0, CompressNo, imaging.Raw)
+			}
+			ch, err := choose(net)
+			if err != nil {
+				t.Fatal(err)
+			}
+			with := ch.Result.Rate
+			ch = serveApart(net, opt, ch, choose)
+			var got []string
+			for _, a := range ch.Apart {
+				got = append(got, a.Name)
+				if tt.wantFrom != "" && a.From != tt.wantFrom {
+					t.Errorf("%s served by %s, want %s (the chain's tail)", a.Name, a.From, tt.wantFrom)
+				}
+				if want := tt.slow[int(a.Name[2]-'a')] * capacity.TCPEthernetEfficiency; a.Rate > want*1.001 || a.Rate < want*0.9 {
+					t.Errorf("%s predicted at %.3g B/s, its link carries %.3g", a.Name, a.Rate, want)
+				}
+				for _, h := range ch.Result.Plan.Hosts {
+					if h == a.Name {
+						t.Errorf("%s is served apart and in the plan %v", a.Name, ch.Result.Plan.Hosts)
+					}
+				}
+			}
+			if len(got) != len(tt.wantApart) || (len(got) > 0 && !equalSets(got, tt.wantApart)) {
+				t.Fatalf("served apart %v, want %v; notes %q", got, tt.wantApart, ch.Notes)
+			}
+			if len(got) > 0 && ch.Result.Rate < apartGain*with {
+				t.Errorf("the plan runs at %.3g without them, %.3g with them", ch.Result.Rate, with)
+			}
+		})
+	}
+}
+
+func equalSets(a, b []string) bool {
+	m := map[string]int{}
+	for _, s := range a {
+		m[s]++
+	}
+	for _, s := range b {
+		m[s]--
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
