@@ -145,7 +145,12 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	for i := range g.maxNodes {
 		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: g.mbit})
 	}
-	fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links\n", g.maxNodes, g.mbit)
+	if g.slowMbit > 0 {
+		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", g.maxNodes+1), Mbit: g.slowMbit})
+		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links and one on %v Mbit/s\n", g.maxNodes, g.mbit, g.slowMbit)
+	} else {
+		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links\n", g.maxNodes, g.mbit)
+	}
 	l, err := lab.New(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -166,7 +171,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 			}
 			env.disks[name] = append(env.disks[name], d)
 		}
-		if err := warmUp(ctx, env, g.mbit, img); err != nil {
+		if err := warmUp(ctx, env, g.mbit, g.maxNodes, img); err != nil {
 			return nil, err
 		}
 	}
@@ -196,12 +201,12 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	return results, nil
 }
 
-// warmUp casts img to every node's disk for it once, untimed: the first
+// warmUp casts img to the first n nodes' disks for it once (a slow node's
+// would take minutes), untimed: the first
 // write to each block of a lab disk allocates it in the machine's file
 // system, which costs CPU that a PC's own disk does not, so a group's first
 // casts ran slower than its later ones.
-func warmUp(ctx context.Context, env *labEnv, mbit float64, img image) error {
-	n := len(env.lab.Nodes)
+func warmUp(ctx context.Context, env *labEnv, mbit float64, n int, img image) error {
 	fmt.Printf("labbench: warming the disks up: a chain of %d casts the %s image…\n", n, img.name)
 	logDir := filepath.Join(env.opts.work, fmt.Sprintf("warmup-%vmbit-%s", mbit, img.name))
 	if err := os.MkdirAll(logDir, 0o755); err != nil {

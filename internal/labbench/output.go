@@ -37,8 +37,11 @@ func writeOutputs(o options, results []result, start time.Time) error {
 	if err := os.WriteFile(filepath.Join(o.out, name+".md"), []byte(md), 0o644); err != nil {
 		return err
 	}
+	// The slow-node lab's runs are a table of their own, not a point on
+	// the node-count curves.
+	matrixRuns := filterResults(results, func(r result) bool { return r.slowMbit == 0 })
 	for _, mbit := range []float64{100, 1000} {
-		if err := plotPerNode(filepath.Join(o.out, fmt.Sprintf("%s-per-node-%vmbit.png", name, mbit)), results, mbit); err != nil {
+		if err := plotPerNode(filepath.Join(o.out, fmt.Sprintf("%s-per-node-%vmbit.png", name, mbit)), matrixRuns, mbit); err != nil {
 			return err
 		}
 	}
@@ -147,7 +150,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 		b.WriteString("\n")
 	}
 	for _, mbit := range []float64{100, 1000} {
-		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && !r.headline })
+		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && !r.headline && r.slowMbit == 0 })
 		if len(rows) == 0 {
 			continue
 		}
@@ -161,6 +164,23 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", seriesOn(r.runSpec, rows[0].image), r.nodes,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, rate, r.bottleneck,
 				castsCell(r), r.steal)
+		}
+		b.WriteString("\n")
+	}
+	if rows := filterResults(results, func(r result) bool { return r.slowMbit > 0 }); len(rows) > 0 {
+		r0 := rows[0]
+		fmt.Fprintf(&b, "## A slow node: %d nodes at %v Mbit/s, and one more at %v Mbit/s (%s image)\n\n", r0.nodes, r0.mbit, r0.slowMbit, imageLabel(r0.image))
+		b.WriteString("| run | plan | time | MB/s per node (slowest) | predicted MB/s | error | slow node MB/s (of stream on its link) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			pred, errPct, slow := "", "", "not in the cast"
+			if r.predicted > 0 && r.err == "" {
+				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
+			}
+			if r.slow {
+				slow = cell(r, fmt.Sprintf("%.2f (%.2f)", r.slowMeasured, r.slowWire))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
+				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, slow, castsCell(r))
 		}
 		b.WriteString("\n")
 	}
@@ -216,7 +236,8 @@ func acceptance(results []result) []string {
 	// have chosen each of them.
 	for _, a := range filterResults(results, func(r result) bool { return r.method == "dolly" && r.topology == "auto" && r.err == "" }) {
 		forced := filterResults(results, func(r result) bool {
-			return r.method == "dolly" && r.topology != "auto" && r.compression == "none" && r.nodes == a.nodes && r.mbit == a.mbit && r.image == a.image && r.err == ""
+			return r.method == "dolly" && r.topology != "auto" && r.compression == "none" && r.nodes == a.nodes && r.mbit == a.mbit && r.image == a.image &&
+				r.slowMbit == a.slowMbit && r.slow == a.slow && r.err == ""
 		})
 		if len(forced) == 0 {
 			continue
@@ -225,12 +246,30 @@ func acceptance(results []result) []string {
 		out = append(out, fmt.Sprintf("%s -auto (%s) %.2f MB/s per node, %.1f%% of the best forced plan (%s %.2f) at %d nodes, %v Mbit/s, %s image (goal: 95%%)",
 			verdict(a.measured >= 0.95*best.measured), a.chosen, a.measured, 100*a.measured/best.measured, shapeName(best.runSpec), best.measured, a.nodes, a.mbit, a.image))
 	}
+	// A slow node: the others keep their rate without it, measured in the
+	// same bench, and it gets its own link's.
+	for _, w := range filterResults(results, func(r result) bool { return r.slow && r.err == "" }) {
+		base := filterResults(results, func(r result) bool {
+			return r.slowMbit == w.slowMbit && !r.slow && r.topology == w.topology && r.compression == w.compression && r.nodes == w.nodes && r.image == w.image && r.err == ""
+		})
+		if len(base) == 0 {
+			continue
+		}
+		keep := w.measured / base[0].measured
+		out = append(out, fmt.Sprintf("%s with a node at %v Mbit/s, %s keeps %.1f%% of the %d nodes' rate without it (%.2f of %.2f MB/s; goal: 95%%)",
+			verdict(keep >= 0.95), w.slowMbit, shapeName(w.runSpec), 100*keep, w.nodes, w.measured, base[0].measured))
+		// Its link carries the stream (compressed, without zero runs), so
+		// the stream's bytes over its time are what it made of the link.
+		link := w.slowMbit / 8
+		out = append(out, fmt.Sprintf("%s with %s, the node at %v Mbit/s takes the stream at %.2f MB/s, %.1f%% of its link's %.2f (goal: 90%%)",
+			verdict(w.slowWire >= 0.9*link), shapeName(w.runSpec), w.slowMbit, w.slowWire, 100*w.slowWire/link, link))
+	}
 	// The chain's rate against its own with one node, on the same image:
 	// the start-up and the pipeline's fill weigh less on a larger one.
 	for _, mbit := range []float64{100, 1000} {
 		for _, img := range []string{"small", "large"} {
 			chains := filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && r.err == ""
 			})
 			if len(chains) < 2 {
 				continue
@@ -248,7 +287,7 @@ func acceptance(results []result) []string {
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
 			for _, d := range filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.slowMbit == 0 && r.err == ""
 			}) {
 				images := p.image + " image"
 				if d.image != p.image {

@@ -17,6 +17,11 @@ type runSpec struct {
 	mbit        float64
 	image       string // which image
 	headline    bool   // part of the headline comparison
+	// slowMbit, when set, gives the run's lab one more node, on a link
+	// this slow (a bad cable); slow says the run casts to it too, beside
+	// its nodes at mbit.
+	slowMbit float64
+	slow     bool
 }
 
 func (r runSpec) String() string {
@@ -24,7 +29,14 @@ func (r runSpec) String() string {
 	if r.topology == "tree" {
 		shape = fmt.Sprintf("%d-tree", r.fanout)
 	}
-	return fmt.Sprintf("%-8s %-9s %-4s %2d nodes %5v Mbit/s (%s image)", r.method, shape, r.compression, r.nodes, r.mbit, r.image)
+	s := fmt.Sprintf("%-8s %-9s %-4s %2d nodes %5v Mbit/s (%s image)", r.method, shape, r.compression, r.nodes, r.mbit, r.image)
+	switch {
+	case r.slow:
+		s += fmt.Sprintf(" + 1 node at %v Mbit/s", r.slowMbit)
+	case r.slowMbit > 0:
+		s += " without its slow node"
+	}
+	return s
 }
 
 // The images: matrix runs use a small one so that slow topologies stay
@@ -39,9 +51,11 @@ var imageSpecs = map[string]sampleimage.Spec{
 
 type benchPlan []runSpec
 
-// group is the runs that share one lab: one link speed, up to maxNodes.
+// group is the runs that share one lab: one link speed, up to maxNodes,
+// and a slow node if slowMbit is set.
 type group struct {
 	mbit     float64
+	slowMbit float64
 	maxNodes int
 	runs     []runSpec
 }
@@ -49,9 +63,9 @@ type group struct {
 func (p benchPlan) groups() []group {
 	var gs []group
 	for _, r := range p {
-		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit })
+		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit && g.slowMbit == r.slowMbit })
 		if i < 0 {
-			gs = append(gs, group{mbit: r.mbit})
+			gs = append(gs, group{mbit: r.mbit, slowMbit: r.slowMbit})
 			i = len(gs) - 1
 		}
 		gs[i].runs = append(gs[i].runs, r)
@@ -150,7 +164,25 @@ func fullPlan() benchPlan {
 			giga[i].image = "small"
 		}
 	}
-	return append(p, giga...)
+	return append(append(p, giga...), slowNodePlan()...)
+}
+
+// slowNodePlan is 8 nodes at 100 Mbit/s without and with a ninth at 10
+// Mbit/s, as a user runs them (-auto) and with a plain -chain. The slow
+// node takes the small image in half a minute (zstd) to a minute and a
+// half (raw).
+func slowNodePlan() benchPlan {
+	var p benchPlan
+	for _, r := range []runSpec{
+		{topology: "auto", compression: "auto"},
+		{topology: "chain", fanout: 1, compression: "none"},
+	} {
+		r.method, r.nodes, r.mbit, r.image, r.slowMbit = "dolly", 8, 100, "small", 10
+		with := r
+		with.slow = true
+		p = append(p, r, with)
+	}
+	return p
 }
 
 // quickPlan is `make bench-quick`, the subset CI can afford.

@@ -32,7 +32,9 @@ type result struct {
 	rate           float64   // MB/s: the preview's steady rate b
 	measured       float64   // MB/s of image at the slowest node
 	seconds        float64   // the slowest node's time
-	perNode        []float64 // MB/s of each node
+	perNode        []float64 // MB/s of each node (but the slow one)
+	slowMeasured   float64   // MB/s of image at the slow node, in a run with one
+	slowWire       float64   // MB/s of the stream (what its link carried) at the slow node
 	bottleneck     string
 	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
 	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
@@ -54,6 +56,9 @@ func (r result) line() string {
 		spec += " → " + r.chosen
 	}
 	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.seconds, r.busy, r.cores)
+	if r.slow {
+		s = fmt.Sprintf("%s  %6.2f MB/s per node, the slow one %.2f (%.2f on its link) (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.slowMeasured, r.slowWire, r.seconds, r.busy, r.cores)
+	}
 	if r.steal >= 0.05 {
 		s += fmt.Sprintf(", %.1f stolen", r.steal)
 	}
@@ -198,7 +203,13 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	var res result
 	addr := e.lab.Server.IP.String() + ":9700"
 	report := filepath.Join(logDir, "report.json")
-	args := []string{"-nodes", fmt.Sprint(r.nodes), "-yes", "-listen", addr,
+	hosts := e.lab.Nodes[:r.nodes]
+	var slowHost string
+	if r.slow {
+		slowHost = e.lab.Nodes[len(e.lab.Nodes)-1].Name
+		hosts = append(slices.Clone(hosts), e.lab.Nodes[len(e.lab.Nodes)-1])
+	}
+	args := []string{"-nodes", fmt.Sprint(len(hosts)), "-yes", "-listen", addr,
 		"-report", report, "-progress-interval", "30s"}
 	if e.topology != "" {
 		args = append(args, "-topology", e.topology)
@@ -225,7 +236,8 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		return res, err
 	}
 	var nodes []*proc
-	for i, h := range e.lab.Nodes[:r.nodes] {
+	for _, h := range hosts {
+		i := slices.Index(e.lab.Nodes, h)
 		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
 			"-server", addr, "-target", e.disks[img.name][i], "-name", h.Name, "-join-timeout", "60s")
 		if err != nil {
@@ -236,7 +248,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	var errs []error
 	for i, p := range nodes {
 		if err := p.wait(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", e.lab.Nodes[i].Name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", hosts[i].Name, err))
 		}
 	}
 	if err := srv.wait(); err != nil {
@@ -258,8 +270,8 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return res, err
 	}
-	if rep.Verified != r.nodes {
-		return res, fmt.Errorf("%d of %d nodes verified", rep.Verified, r.nodes)
+	if rep.Verified != len(hosts) {
+		return res, fmt.Errorf("%d of %d nodes verified", rep.Verified, len(hosts))
 	}
 	// The preview predicts the rate b and the time of the whole cast (b,
 	// the pipeline fill and the start-up); the time is what a node's
@@ -270,6 +282,13 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
 	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {
+		if n.Name == slowHost {
+			res.slowMeasured = n.MBps
+			if n.Seconds > 0 {
+				res.slowWire = float64(rep.StreamBytes) / n.Seconds / 1e6
+			}
+			continue
+		}
 		res.perNode = append(res.perNode, n.MBps)
 		res.seconds = max(res.seconds, n.Seconds)
 	}
