@@ -71,6 +71,11 @@ func (p castPlan) name(v int) string {
 // fail, and collects the verdicts. It returns the source's digest.
 // A watch, if given, holds the cast against its prediction and re-plans.
 func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Digest, error) {
+	defer func() {
+		s.mu.Lock()
+		s.over = true
+		s.mu.Unlock()
+	}()
 	s.mu.Lock()
 	now := time.Now()
 	s.tree = plantTree(p.tree, p.nodes)
@@ -218,6 +223,9 @@ func (s *Server) checkNodes(now time.Time) {
 				continue
 			}
 		}
+		if n.waiting {
+			continue // served apart, its stream starts once the source's link is free
+		}
 		ahead, complete := s.src.sent.Load(), s.src.ended.Load()
 		if !up.isSource() {
 			ahead, complete = p.pos, p.status == stDone
@@ -286,6 +294,13 @@ func (s *Server) allFinished() bool {
 			return false
 		}
 	}
+	// A node that joined late and is still checking its target is about
+	// to be served.
+	for _, n := range s.nodes {
+		if n.late && (n.status == stJoined || n.status == stReady) {
+			return false
+		}
+	}
 	return true
 }
 
@@ -307,10 +322,10 @@ func (s *Server) snapshot() []nodeView {
 	return out
 }
 
-// sourceKidsNow lists the source's children, for the source to attach
-// before its stream starts.
+// sourceKidsNow lists the source's children on the main stream, for the
+// source to attach before its stream starts.
 func (s *Server) sourceKidsNow() []*nodeState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.tree.sourceChildren()
+	return s.tree.sourcePlanned()
 }

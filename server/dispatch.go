@@ -49,6 +49,9 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 			}
 		}
 		s.log.Info("node ready", "node", n.name, "target", n.target)
+		if n.late {
+			s.post(castEvent{kind: evLate, node: n})
+		}
 	case control.MsgProgress:
 		n.observe(*m.Progress, now)
 	case control.MsgDone:
@@ -102,6 +105,7 @@ const (
 	evAttachFailed                  // node could not serve child: the source takes it
 	evChildLost                     // node lost its connection to child
 	evReturned                      // a node of this cast came back: append it
+	evLate                          // a node joined after the plan and is ready: serve it apart
 )
 
 // post hands e to the cast loop without waiting.
@@ -132,7 +136,33 @@ func (s *Server) handleEvent(ctx context.Context, e castEvent) {
 		}
 	case evReturned:
 		s.appendNode(ctx, e.node)
+	case evLate:
+		s.joinLate(ctx, e.node)
 	}
+}
+
+// joinLate puts a node that joined after the plan was made into the cast,
+// served apart by the source: with a stream of its own, at its own pace,
+// once the source has sent the others the whole stream (until then the
+// source's link is theirs).
+func (s *Server) joinLate(ctx context.Context, n *nodeState) {
+	s.mu.Lock()
+	if s.over || n.status != stReady {
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	s.tree.addPaced(s.tree.root, n)
+	n.status, n.start, n.lastHeard, n.lastMoved, n.waiting = stCasting, now, now, now, true
+	s.castNodes = append(s.castNodes, n)
+	s.mu.Unlock()
+	fmt.Fprintf(s.cfg.Out, "  %s joined late: the source sends it the image once the others have the stream\n", n.name)
+	a := control.Assign{Upstream: SourceName, Encoding: s.src.header.Encoding.String()}
+	if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
+		s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
+		return
+	}
+	s.rewire(ctx, rewiring{added: []link{{up: s.tree.root, node: n}}})
 }
 
 // removeNode takes a failed node out of the tree: its parent stops sending

@@ -54,8 +54,17 @@ func (s *Server) register(c *control.Conn, h *control.Hello) (n *nodeState, retu
 	if r := h.Resume; r != nil {
 		return s.registerResumed(c, h, r, dataAddr, host)
 	}
+	if s.over {
+		return nil, false, "the cast is over: wait for the next cast"
+	}
 	if s.started {
-		return nil, false, "the cast has already started: wait for the next cast"
+		// A PC that booted late: it gets the image in this cast, served
+		// apart so that it holds no one back (see joinLate).
+		n, reason = s.enroll(c, h, dataAddr, host, "joined late")
+		if n != nil {
+			n.late, n.probes = true, false
+		}
+		return n, false, reason
 	}
 	n, reason = s.enroll(c, h, dataAddr, host, "joined")
 	return n, false, reason

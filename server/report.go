@@ -60,6 +60,7 @@ type ReportNode struct {
 	// node that served it at its own pace, when the plan served it apart.
 	PredictedMBps float64 `json:"predicted_mbps,omitempty"`
 	ApartFrom     string  `json:"apart_from,omitempty"`
+	Late          bool    `json:"late,omitempty"` // joined after the plan was made
 }
 
 // NewReport turns a summary into a report.
@@ -102,7 +103,7 @@ func NewReport(sum Summary) Report {
 			MeasuredMBps: rp.Measured / 1e6, PredictedMBps: rp.Predicted / 1e6})
 	}
 	for _, n := range sum.Nodes {
-		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified, ApartFrom: n.Apart}
+		rn := ReportNode{Name: n.Name, Target: n.Target, Status: n.Status, Reason: n.Reason, Verified: n.Verified, ApartFrom: n.Apart, Late: n.Late}
 		if n.Predicted > 0 && n.Predicted < 1e15 {
 			rn.PredictedMBps = n.Predicted / 1e6
 		}

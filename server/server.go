@@ -142,7 +142,8 @@ type Server struct {
 	mu      sync.Mutex
 	nodes   []*nodeState // in join order
 	byName  map[string]*nodeState
-	started bool   // the plan is fixed; later joins are turned away
+	started bool   // the plan is fixed; later joins are served apart
+	over    bool   // the cast is over; later joins are turned away
 	aborted string // why the cast was called off, for nodes that come later
 	changed chan struct{}
 

@@ -212,7 +212,14 @@ func encode(ctx context.Context, enc *stream.Encoder, w io.Writer, rate float64,
 // history no longer holds the child's position.
 func (src *source) attach(ctx context.Context, n *nodeState) error {
 	if src.s.peer(n).Paced {
-		// A node served apart must never hold the others back.
+		// A node served apart must never hold the others back: it gets a
+		// stream of its own once the source's link is free.
+		if err := src.feed.relay.Drained(ctx); err != nil {
+			return err
+		}
+		src.s.mu.Lock()
+		n.waiting, n.lastMoved = false, time.Now()
+		src.s.mu.Unlock()
 		return src.attachSeparately(ctx, n)
 	}
 	c, pos, err := src.connect(ctx, n)

@@ -55,6 +55,10 @@ type nodeState struct {
 	digest     string
 	pos        int64     // stream bytes it has received
 	resumed    bool      // it came with a cast already under way
+	// late says it joined after the plan was made: it is served apart,
+	// once the source's link is free; waiting says its stream has not
+	// started yet.
+	late, waiting bool
 	lastHeard  time.Time // any message from it
 	lastMoved  time.Time // pos last grew
 

@@ -44,6 +44,7 @@ type NodeSummary struct {
 	// the plan served it apart.
 	Predicted float64
 	Apart     string
+	Late      bool // it joined after the plan was made
 }
 
 // ErrNotAllVerified means the cast ended with at least one node not verified.
@@ -72,6 +73,9 @@ func (s *Server) summary(sum Summary) Summary {
 			if a.Name == n.name {
 				ns.Predicted, ns.Apart = a.Rate, a.From
 			}
+		}
+		if n.late {
+			ns.Late, ns.Apart, ns.Predicted = true, SourceName, 0
 		}
 		sum.Nodes = append(sum.Nodes, ns)
 	}
@@ -103,7 +107,10 @@ func (s *Server) printSummary(sum Summary) {
 				result += ": " + n.Reason
 			}
 		}
-		if n.Apart != "" {
+		switch {
+		case n.Late:
+			result += ", joined late: served apart by " + n.Apart
+		case n.Apart != "":
 			result += ", served apart by " + n.Apart
 		}
 		t, rate, predicted := "—", "—", "—"

@@ -167,6 +167,18 @@ func (t *castTree) sourceChildren() []*nodeState {
 	return out
 }
 
+// sourcePlanned lists the nodes the source sends the main stream to: its
+// children but those served apart, which get streams of their own.
+func (t *castTree) sourcePlanned() []*nodeState {
+	var out []*nodeState
+	for _, c := range t.root.children {
+		if !c.paced {
+			out = append(out, c.node)
+		}
+	}
+	return out
+}
+
 // remove takes x, a node that failed or went away, out of the tree. Its
 // upstream stops sending to it; its children go to the nearest upstream
 // that still serves, skipping nodes for which serves is false (gone after
