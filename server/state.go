@@ -53,14 +53,14 @@ type nodeState struct {
 	rate       float64 // smoothed raw bytes/s
 	start, end time.Time
 	digest     string
-	pos        int64     // stream bytes it has received
-	resumed    bool      // it came with a cast already under way
+	pos        int64 // stream bytes it has received
+	resumed    bool  // it came with a cast already under way
 	// late says it joined after the plan was made: it is served apart,
 	// once the source's link is free; waiting says its stream has not
 	// started yet.
 	late, waiting bool
-	lastHeard  time.Time // any message from it
-	lastMoved  time.Time // pos last grew
+	lastHeard     time.Time // any message from it
+	lastMoved     time.Time // pos last grew
 
 	// verdict is what its digest proved, once it reported one; told says
 	// the verdict was sent on its present connection (a node that comes
