@@ -39,7 +39,7 @@ func writeOutputs(o options, results []result, start time.Time) error {
 	}
 	// The slow-node lab's runs are a table of their own, not a point on
 	// the node-count curves.
-	matrixRuns := filterResults(results, func(r result) bool { return r.slowMbit == 0 })
+	matrixRuns := filterResults(results, func(r result) bool { return r.slowMbit == 0 && !r.late && !r.lateBase })
 	for _, mbit := range []float64{100, 1000} {
 		if err := plotPerNode(filepath.Join(o.out, fmt.Sprintf("%s-per-node-%vmbit.png", name, mbit)), matrixRuns, mbit); err != nil {
 			return err
@@ -150,7 +150,9 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 		b.WriteString("\n")
 	}
 	for _, mbit := range []float64{100, 1000} {
-		rows := filterResults(results, func(r result) bool { return r.mbit == mbit && !r.headline && r.slowMbit == 0 })
+		rows := filterResults(results, func(r result) bool {
+			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase
+		})
 		if len(rows) == 0 {
 			continue
 		}
@@ -181,6 +183,23 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, slow, castsCell(r))
+		}
+		b.WriteString("\n")
+	}
+	if rows := filterResults(results, func(r result) bool { return r.late || r.lateBase }); len(rows) > 0 {
+		r0 := rows[0]
+		fmt.Fprintf(&b, "## A late node: %d nodes at %v Mbit/s, and one more started %v into the cast (%s image)\n\n", r0.nodes, r0.mbit, lateAfter, imageLabel(r0.image))
+		b.WriteString("| run | time | MB/s per node (slowest) | predicted MB/s | error | late node MB/s (from its start) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			pred, errPct, late := "", "", "not in the cast"
+			if r.predicted > 0 && r.err == "" {
+				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
+			}
+			if r.late {
+				late = cell(r, fmt.Sprintf("%.2f, verified", r.lateMeasured))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()),
+				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, late, castsCell(r))
 		}
 		b.WriteString("\n")
 	}
@@ -264,12 +283,25 @@ func acceptance(results []result) []string {
 		out = append(out, fmt.Sprintf("%s with %s, the node at %v Mbit/s takes the stream at %.2f MB/s, %.1f%% of its link's %.2f (goal: 90%%)",
 			verdict(w.slowWire >= 0.9*link), shapeName(w.runSpec), w.slowMbit, w.slowWire, 100*w.slowWire/link, link))
 	}
+	// A late node: verified in the same cast (a run fails otherwise), and
+	// the others keep their rate.
+	for _, w := range filterResults(results, func(r result) bool { return r.late && r.err == "" }) {
+		base := filterResults(results, func(r result) bool {
+			return r.lateBase && r.topology == w.topology && r.nodes == w.nodes && r.image == w.image && r.err == ""
+		})
+		if len(base) == 0 {
+			continue
+		}
+		keep := w.measured / base[0].measured
+		out = append(out, fmt.Sprintf("%s with a node started %v into the cast (verified, %.2f MB/s from its start), the %d others keep %.1f%% of their rate without it (%.2f of %.2f MB/s; goal: 95%%)",
+			verdict(keep >= 0.95), lateAfter, w.lateMeasured, w.nodes, 100*keep, w.measured, base[0].measured))
+	}
 	// The chain's rate against its own with one node, on the same image:
 	// the start-up and the pipeline's fill weigh less on a larger one.
 	for _, mbit := range []float64{100, 1000} {
 		for _, img := range []string{"small", "large"} {
 			chains := filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.err == ""
 			})
 			if len(chains) < 2 {
 				continue
@@ -287,7 +319,7 @@ func acceptance(results []result) []string {
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
 			for _, d := range filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.slowMbit == 0 && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.err == ""
 			}) {
 				images := p.image + " image"
 				if d.image != p.image {

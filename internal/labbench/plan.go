@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"dolly/internal/sampleimage"
 )
@@ -22,7 +23,14 @@ type runSpec struct {
 	// its nodes at mbit.
 	slowMbit float64
 	slow     bool
+	// late, in a lab of one more node than nodes, starts that node
+	// lateAfter after the cast has started; lateBase is the same run
+	// without it, its baseline.
+	late, lateBase bool
 }
+
+// lateAfter is how long after the cast started a late node starts.
+const lateAfter = 10 * time.Second
 
 func (r runSpec) String() string {
 	shape := r.topology
@@ -35,6 +43,10 @@ func (r runSpec) String() string {
 		s += fmt.Sprintf(" + 1 node at %v Mbit/s", r.slowMbit)
 	case r.slowMbit > 0:
 		s += " without its slow node"
+	case r.late:
+		s += fmt.Sprintf(" + 1 node started %v into the cast", lateAfter)
+	case r.lateBase:
+		s += " without its late node"
 	}
 	return s
 }
@@ -69,7 +81,11 @@ func (p benchPlan) groups() []group {
 			i = len(gs) - 1
 		}
 		gs[i].runs = append(gs[i].runs, r)
-		gs[i].maxNodes = max(gs[i].maxNodes, r.nodes)
+		n := r.nodes
+		if r.late {
+			n++ // the late node is one of the lab's
+		}
+		gs[i].maxNodes = max(gs[i].maxNodes, n)
 	}
 	return gs
 }
@@ -141,6 +157,12 @@ func fullPlan() benchPlan {
 		if r.nodes >= 12 && (r.method != "dolly" || r.topology == "star") {
 			p[i].image = "tiny"
 		}
+	}
+	// A late node: 11 nodes, and a twelfth that starts 10 s into the cast,
+	// against the 11 alone. The raw chain of the large image runs long
+	// enough (half a minute) for it to come mid-cast.
+	for _, late := range []bool{false, true} {
+		p = append(p, runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 11, mbit: 100, image: "large", late: late, lateBase: !late})
 	}
 	// One node on the same image: what the chain of 24 is measured against.
 	p = append(p, runSpec{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 1, mbit: 100, image: "large", headline: true})

@@ -35,6 +35,7 @@ type result struct {
 	perNode        []float64 // MB/s of each node (but the slow one)
 	slowMeasured   float64   // MB/s of image at the slow node, in a run with one
 	slowWire       float64   // MB/s of the stream (what its link carried) at the slow node
+	lateMeasured   float64   // MB/s of image at the late node, from its joining
 	bottleneck     string
 	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
 	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
@@ -56,6 +57,9 @@ func (r result) line() string {
 		spec += " → " + r.chosen
 	}
 	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.seconds, r.busy, r.cores)
+	if r.late {
+		s = fmt.Sprintf("%s  %6.2f MB/s per node, the late one %.2f from its start (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.lateMeasured, r.seconds, r.busy, r.cores)
+	}
 	if r.slow {
 		s = fmt.Sprintf("%s  %6.2f MB/s per node, the slow one %.2f (%.2f on its link) (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.slowMeasured, r.slowWire, r.seconds, r.busy, r.cores)
 	}
@@ -245,6 +249,26 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		}
 		nodes = append(nodes, p)
 	}
+	var lateHost string
+	if r.late {
+		h := e.lab.Nodes[r.nodes]
+		lateHost = h.Name
+		if err := waitForLine(ctx, filepath.Join(logDir, "server.log"), "targets:", time.Minute); err != nil {
+			return res, err
+		}
+		select {
+		case <-time.After(lateAfter): // the scenario: a PC that booted late
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), filepath.Join(e.opts.bin, "dolly"),
+			"-server", addr, "-target", e.disks[img.name][r.nodes], "-name", h.Name, "-join-timeout", "60s")
+		if err != nil {
+			return res, err
+		}
+		hosts = append(slices.Clone(hosts), h)
+		nodes = append(nodes, p)
+	}
 	var errs []error
 	for i, p := range nodes {
 		if err := p.wait(); err != nil {
@@ -282,6 +306,10 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
 	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {
+		if n.Name == lateHost {
+			res.lateMeasured = n.MBps
+			continue
+		}
 		if n.Name == slowHost {
 			res.slowMeasured = n.MBps
 			if n.Seconds > 0 {
@@ -294,6 +322,23 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	}
 	res.measured = float64(img.size) / res.seconds / 1e6
 	return res, nil
+}
+
+// waitForLine waits until the file at path holds a line containing want,
+// reading it again every tenth of a second, for at most limit.
+func waitForLine(ctx context.Context, path, want string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(want)) {
+			return nil
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("%s shows no %q after %v", path, want, limit)
 }
 
 // scribble overwrites the head of a node's disk with a pattern no image
