@@ -3,9 +3,11 @@ package lab
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
 
@@ -53,4 +55,72 @@ func TestSlowNodeIsServedApart(t *testing.T) {
 		}
 	}
 	t.Logf("%d nodes at %v Mbit/s and pc03 at %v: %s", fast, mbit, slowMbit, describeRates(r))
+}
+
+// TestSlowNodeOutlivesItsServer kills the node that serves the slow node
+// at its pace, a third of the way into the slow node's stream, when what
+// it still needs is past any peer's history: the slow node must finish
+// verified all the same, from another source.
+func TestSlowNodeOutlivesItsServer(t *testing.T) {
+	requireLab(t)
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const fast, mbit, slowMbit = 4, 100.0, 10.0
+	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
+	for i := range fast + 1 {
+		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
+	}
+	spec.Nodes[2].Mbit = slowMbit
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+
+	const size = 48 << 20 // more than a relay's history
+	img, want := writeImage(t, dir, size, 37, testimage.Dense)
+	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-compress", "no", "-node-timeout", "3s"}, nil)
+	slow, tail := c.nodes[2], c.nodes[fast]
+	// Polling the log and /proc: there is nothing to wait on.
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(c.log("server"), "pc03: served apart by pc05") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pc03 is not served apart by pc05:\n%s", c.log("server"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Its probe wrote to its disk too: count from here.
+	base := testenv.Written(slow.Process.Pid)
+	deadline = time.Now().Add(2 * time.Minute)
+	for testenv.Written(slow.Process.Pid) < base+size/3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pc03 has not written a third of the image within two minutes:\n%s", c.log("server"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tail.Process.Kill()
+	tail.Wait()
+	if err := c.server.Wait(); err != nil {
+		t.Fatalf("dolly-server: %v\n%s", err, c.log("server"))
+	}
+	for i, n := range c.nodes {
+		if i == fast {
+			continue
+		}
+		if err := n.Wait(); err != nil {
+			t.Errorf("%s: %v\n%s", l.Nodes[i].Name, err, c.log(l.Nodes[i].Name))
+		}
+		if got, err := testimage.SHA256(c.disks[i], size); err != nil || got != want {
+			t.Errorf("%s: sha256 %.12s (%v), image %.12s", l.Nodes[i].Name, got, err, want)
+		}
+	}
+	r := c.readReport()
+	for _, n := range r.Nodes {
+		if n.Name == "pc03" && !n.Verified {
+			t.Errorf("pc03 not verified: %+v\n%s", n, c.log("server"))
+		}
+	}
+	t.Logf("pc05 killed while serving pc03: %s", describeRates(r))
 }
