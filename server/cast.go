@@ -171,6 +171,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		case <-s.changed:
 		case <-tick.C:
 			s.checkNodes(time.Now())
+			s.moveSlowApart(ctx, w, time.Now())
 		case <-draw.C:
 			view.draw(s.snapshot(), src.sent.Load())
 		case now := <-watchTick:

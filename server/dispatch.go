@@ -54,6 +54,9 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 		}
 	case control.MsgProgress:
 		n.observe(*m.Progress, now)
+		if m.Progress.HeldBy != n.heldBy {
+			n.heldBy, n.heldSince = m.Progress.HeldBy, now
+		}
 	case control.MsgDone:
 		if n.status != stCasting {
 			return

@@ -144,6 +144,14 @@ type Server struct {
 	byName  map[string]*nodeState
 	started bool   // the plan is fixed; later joins are served apart
 	over    bool   // the cast is over; later joins are turned away
+	// srcHold follows what holds the source's relay back; movedApart
+	// names the nodes moved off the plan while it ran, and who serves
+	// each (see slow.go).
+	srcHold    holdWatch
+	movedApart map[string]string
+	// predicted is the plan's predicted rate, raw bytes per second; 0 when
+	// the model could not judge.
+	predicted float64
 	aborted string // why the cast was called off, for nodes that come later
 	changed chan struct{}
 
@@ -286,6 +294,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	}
 	sum.Plan = choice
 	s.mu.Lock()
+	if choice.Modeled {
+		s.predicted = choice.Result.Rate
+	}
 	if !s.lastJoined.IsZero() {
 		sum.JoinPhase = time.Since(s.lastJoined)
 	}

@@ -59,6 +59,10 @@ type nodeState struct {
 	// once the source's link is free; waiting says its stream has not
 	// started yet.
 	late, waiting bool
+	// heldBy names the child its relay has waited for most of the time,
+	// in its reports since heldSince.
+	heldBy    string
+	heldSince time.Time
 	lastHeard     time.Time // any message from it
 	lastMoved     time.Time // pos last grew
 

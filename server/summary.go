@@ -74,6 +74,9 @@ func (s *Server) summary(sum Summary) Summary {
 				ns.Predicted, ns.Apart = a.Rate, a.From
 			}
 		}
+		if from, ok := s.movedApart[n.name]; ok {
+			ns.Apart, ns.Predicted = from, 0
+		}
 		if n.late {
 			ns.Late, ns.Apart, ns.Predicted = true, SourceName, 0
 		}

@@ -117,6 +117,54 @@ func (t *castTree) paced(n *nodeState) bool {
 	return v != nil && v.paced
 }
 
+// moveApart serves c, a node that holds the others back, apart: its
+// children go to its upstream, and the deepest node that serves and is
+// not served apart itself (the first met in the tree's order, among nodes
+// as deep) serves c at c's own pace. ok is false, and nothing changes, if
+// c is not in the tree or no other node could serve it.
+func (t *castTree) moveApart(c *nodeState, serves func(*nodeState) bool) (r rewiring, leaf *vertex, ok bool) {
+	v := t.at[c]
+	if v == nil || v.place != inTree || v.paced {
+		return rewiring{}, nil, false
+	}
+	var deepest int
+	var walk func(u *vertex, d int)
+	walk = func(u *vertex, d int) {
+		for _, k := range u.children {
+			if k != v && !k.paced && d > deepest && serves(k.node) {
+				leaf, deepest = k, d
+			}
+			if k != v {
+				walk(k, d+1)
+			}
+		}
+	}
+	// c's children count at their depth after the move: one up.
+	par := v.parent
+	kids := v.children
+	v.children = nil
+	for _, k := range kids {
+		t.link(par, k)
+		r.cut = append(r.cut, link{up: v, node: k.node})
+		r.added = append(r.added, link{up: par, node: k.node})
+	}
+	walk(t.root, 1)
+	if leaf == nil {
+		// Undo: no one else can serve it.
+		for _, k := range kids {
+			t.unlink(k)
+			t.link(v, k)
+		}
+		return rewiring{}, nil, false
+	}
+	t.unlink(v)
+	r.cut = append(r.cut, link{up: par, node: c})
+	t.link(leaf, v)
+	v.paced = true
+	r.added = append(r.added, link{up: leaf, node: c})
+	return r, leaf, true
+}
+
 // servesApart reports whether any node in the tree is served apart.
 func (t *castTree) servesApart() bool {
 	return slices.ContainsFunc(t.members(), func(v *vertex) bool { return v.paced })

@@ -269,3 +269,42 @@ func TestCastTreeRewires(t *testing.T) {
 		})
 	}
 }
+
+// A node that holds the others back goes under the deepest node that
+// serves, paced; its children go to its upstream.
+func TestCastTreeMovesASlowNodeApart(t *testing.T) {
+	all := func(*nodeState) bool { return true }
+	tests := []struct {
+		name     string
+		parent   []int
+		slow     string
+		serves   func(*nodeState) bool
+		wantTree string
+		wantWire string
+		wantOK   bool
+	}{
+		{"middle of a chain", []int{-1, 0, 1, 2, 3}, "n2", all,
+			"source(n1(n3(n4(n2))))", "-n2→n3 -n1→n2 +n1→n3 +n4→n2", true},
+		{"head of a chain", []int{-1, 0, 1, 2}, "n1", all,
+			"source(n2(n3(n1)))", "-n1→n2 -source→n1 +source→n2 +n3→n1", true},
+		{"tail of a chain", []int{-1, 0, 1, 2}, "n3", all,
+			"source(n1(n2(n3)))", "-n2→n3 +n2→n3", true},
+		{"a leaf of a tree", []int{-1, 0, 1, 1}, "n2", all,
+			"source(n1(n3(n2)))", "-n1→n2 +n3→n2", true},
+		{"alone", []int{-1, 0}, "n1", all, "source(n1)", "", false},
+		{"the only server is gone", []int{-1, 0, 1}, "n1", func(n *nodeState) bool { return n.name != "n2" },
+			"source(n1(n2))", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, by := testTree(t, tt.parent...)
+			r, _, ok := tr.moveApart(by[tt.slow], tt.serves)
+			if ok != tt.wantOK || tr.String() != tt.wantTree || r.String() != tt.wantWire {
+				t.Fatalf("moveApart(%s) = %q, %v; tree %s; want %q, %v; tree %s", tt.slow, r, ok, tr, tt.wantWire, tt.wantOK, tt.wantTree)
+			}
+			if ok && !tr.paced(by[tt.slow]) {
+				t.Errorf("%s is not served at its pace", tt.slow)
+			}
+		})
+	}
+}

@@ -201,6 +201,10 @@ type Progress struct {
 	Stream  int64 `json:"stream"`  // stream bytes received and verified
 	Written int64 `json:"written"` // raw bytes on the target
 	Pos     int64 `json:"pos"`     // stream bytes received (and passed on)
+	// HeldBy names the child this node's relay waited for most since the
+	// last report, if that was more than half the time: a child too slow
+	// for the stream.
+	HeldBy string `json:"held_by,omitempty"`
 }
 
 // Done is a node's final report.
@@ -309,6 +313,9 @@ func (m *Message) sanitize() {
 		for i := range a.Children {
 			a.Children[i].Name, a.Children[i].Addr = Printable(a.Children[i].Name), Printable(a.Children[i].Addr)
 		}
+	}
+	if p := m.Progress; p != nil {
+		p.HeldBy = Printable(p.HeldBy)
 	}
 	if d := m.Done; d != nil {
 		d.Digest = Printable(d.Digest)

@@ -189,6 +189,7 @@ func (n *node) reportProgress() (stop func()) {
 		defer close(stopped)
 		t := time.NewTicker(n.cfg.ProgressEvery)
 		defer t.Stop()
+		held, last := n.relay.Held(), time.Now()
 		for {
 			select {
 			case <-quit:
@@ -196,6 +197,9 @@ func (n *node) reportProgress() (stop func()) {
 			case <-t.C:
 			}
 			p := control.Progress{Stream: n.counters.Stream.Load(), Written: n.counters.Written.Load(), Pos: n.relay.Pos()}
+			now := n.relay.Held()
+			p.HeldBy = relay.MostHeld(held, now, time.Since(last)/2)
+			held, last = now, time.Now()
 			n.ctl.send(control.Message{Type: control.MsgProgress, Progress: &p})
 		}
 	}()

@@ -27,6 +27,10 @@ type relayChild struct {
 	// spool, for a paced child, takes its rounds so that it never holds
 	// the relay back; nil for the others.
 	spool *spool
+	// held is how long, in all, the relay waited for this child to take
+	// a round (nanoseconds): a child that holds the others back; waiting,
+	// when it waits now, since when (Unix nanoseconds).
+	held, waiting atomic.Int64
 	done  chan struct{}
 	once  sync.Once
 	r     *Relay
@@ -108,6 +112,35 @@ func (ch *relayChild) run() {
 	}
 }
 
+// takeToken takes a token for the next round, waiting if the child has
+// not sent the rounds it holds; the wait counts in held.
+func (ch *relayChild) takeToken() {
+	select {
+	case <-ch.tokens:
+	default:
+		t := time.Now()
+		ch.waiting.Store(t.UnixNano())
+		<-ch.tokens
+		ch.held.Add(int64(time.Since(t)))
+		ch.waiting.Store(0)
+	}
+}
+
+// heldNow is how long the relay has waited for the child in all, the
+// wait going on included.
+func (ch *relayChild) heldNow(now time.Time) time.Duration {
+	// Read waiting first: a wait that ends in between is then counted in
+	// held, not twice.
+	w := ch.waiting.Load()
+	d := ch.held.Load()
+	if w != 0 {
+		if w2 := ch.waiting.Load(); w2 == w {
+			d += now.UnixNano() - w
+		}
+	}
+	return time.Duration(d)
+}
+
 // cut stops sending to the child at once, from any goroutine: its
 // connection is closed, so a send blocked on it returns.
 func (ch *relayChild) cut() {
@@ -185,7 +218,7 @@ func (r *Relay) distributeCopy(n int) error {
 	data := r.copyBuf[:n]
 	r.copyBuf = nil
 	for _, ch := range r.children {
-		<-ch.tokens
+		ch.takeToken()
 		j := childJob{data: data}
 		if ch.skip > 0 {
 			k := min(ch.skip, int64(n))

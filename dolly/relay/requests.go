@@ -103,6 +103,32 @@ func (r *Relay) AttachPaced(ctx context.Context, name string, c net.Conn, from i
 	return err
 }
 
+// Held reports, for each child, how long the relay has waited in all for
+// it to take the stream: a child that holds the relay back (a slow link or
+// disk) gathers it, one that keeps up does not.
+func (r *Relay) Held() map[string]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	out := make(map[string]time.Duration, len(r.named))
+	for name, ch := range r.named {
+		out[name] = ch.heldNow(now)
+	}
+	return out
+}
+
+// MostHeld names the child the relay waited for longest between two
+// readings of Held, if for at least least; "" if none was.
+func MostHeld(before, after map[string]time.Duration, least time.Duration) string {
+	most, name := least, ""
+	for child, d := range after {
+		if d-before[child] >= most && d-before[child] > 0 {
+			most, name = d-before[child], child
+		}
+	}
+	return name
+}
+
 // ChildNames lists the children.
 func (r *Relay) ChildNames(ctx context.Context) []string {
 	rep, _ := r.request(ctx, relayRequest{kind: reqNames})

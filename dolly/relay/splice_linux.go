@@ -118,7 +118,7 @@ func (r *Relay) distributeSplice(n int) error {
 	var short []*relayChild
 	teed := make([]int, len(r.children))
 	for i, ch := range r.children {
-		<-ch.tokens
+		ch.takeToken()
 		want := n
 		if r.teeLimit > 0 {
 			want = min(n, r.teeLimit)

@@ -3,6 +3,7 @@ package relay
 import (
 	"io"
 	"testing"
+	"time"
 )
 
 // A paced child that takes nothing until the others have everything does
@@ -84,4 +85,59 @@ func TestRelayOutlivesADeadPacedChild(t *testing.T) {
 			expect(t, "the local copy", h.local, data)
 		})
 	}
+}
+
+func TestMostHeld(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name          string
+		before, after map[string]time.Duration
+		least         time.Duration
+		want          string
+	}{
+		{"none waited for", map[string]time.Duration{"a": s}, map[string]time.Duration{"a": s}, s / 2, ""},
+		{"one, long enough", map[string]time.Duration{"a": s}, map[string]time.Duration{"a": 2 * s, "b": s / 10}, s / 2, "a"},
+		{"one, too short", map[string]time.Duration{}, map[string]time.Duration{"a": s / 4}, s / 2, ""},
+		{"the longer of two", map[string]time.Duration{"a": 0, "b": s}, map[string]time.Duration{"a": 3 * s / 4, "b": 2 * s}, s / 2, "b"},
+		{"a new child", nil, map[string]time.Duration{"c": s}, s / 2, "c"},
+	}
+	for _, tt := range tests {
+		if got := MostHeld(tt.before, tt.after, tt.least); got != tt.want {
+			t.Errorf("%s: MostHeld = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A child that takes nothing holds the relay back, and Held says so.
+func TestHeldNamesTheChildThatHoldsBack(t *testing.T) {
+	data := randomBytes(historySize+(16<<20), 27)
+	h := startRelay(t, false, len(data))
+	eager, _ := h.child("eager", 0)
+	a, b := tcpPair(t)
+	gate := make(chan struct{})
+	lazy := make(chan []byte, 1)
+	go func() {
+		<-gate
+		all, _ := io.ReadAll(b)
+		lazy <- all
+	}()
+	if err := h.r.Attach(h.ctx, "lazy", a, 0); err != nil {
+		t.Fatal(err)
+	}
+	up, _ := h.upstream()
+	go func() { up.Write(data); up.CloseWrite() }()
+	deadline := time.Now().Add(time.Minute)
+	for h.r.Held()["lazy"] < 100*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("Held = %v after a minute of a child that takes nothing", h.r.Held())
+		}
+		time.Sleep(10 * time.Millisecond) // polling: there is nothing to wait on
+	}
+	if held := h.r.Held(); held["eager"] >= held["lazy"] {
+		t.Errorf("Held = %v: the eager child held the relay back as long as the lazy one", held)
+	}
+	close(gate)
+	expect(t, "the eager child", eager, data)
+	expect(t, "the lazy child", lazy, data)
+	h.wait()
 }

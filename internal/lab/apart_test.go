@@ -124,3 +124,54 @@ func TestSlowNodeOutlivesItsServer(t *testing.T) {
 	}
 	t.Logf("pc05 killed while serving pc03: %s", describeRates(r))
 }
+
+// TestNodeThatSlowsIsMovedApart slows pc03's link from 100 to 10 Mbit/s
+// once the cast has started, after the model measured it fast: the chain
+// falls to pc03's rate until the server sees pc02 held back by it, then
+// serves pc03 apart, and the others finish at their links' rate. With
+// -auto the watch checks the cast first, and finds no plan faster.
+func TestNodeThatSlowsIsMovedApart(t *testing.T) {
+	requireLab(t)
+	bin := buildBinaries(t)
+	for _, plan := range []string{"-chain", "-auto"} {
+		t.Run(plan, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			const nodes, mbit, slowMbit = 5, 100.0, 10.0
+			l := newShapedLab(ctx, t, dir, nodes, mbit)
+			const size = 48 << 20
+			img, want := writeImage(t, dir, size, 41, testimage.Dense)
+			c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-compress", "no", plan}, nil)
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(c.log("server"), "targets:") {
+				if time.Now().After(deadline) {
+					t.Fatalf("no plan within a minute:\n%s", c.log("server"))
+				}
+				time.Sleep(20 * time.Millisecond) // polling the log: there is nothing to wait on
+			}
+			if err := l.SetRate(ctx, l.Nodes[2], slowMbit); err != nil {
+				t.Fatal(err)
+			}
+			c.waitVerified(size, want)
+			out := c.log("server")
+			if !strings.Contains(out, "pc03 holds the others back") {
+				t.Fatalf("pc03 was not moved apart:\n%s", out)
+			}
+			r := c.readReport()
+			var slow float64
+			for _, n := range r.Nodes {
+				if n.Name == "pc03" {
+					slow = n.Seconds
+				}
+			}
+			for _, n := range r.Nodes {
+				// Held to pc03 to the end, they would take as long as it.
+				if n.Name != "pc03" && n.Seconds > slow/2 {
+					t.Errorf("%s took %.1fs, pc03 %.1fs: it was held back\n%s", n.Name, n.Seconds, slow, out)
+				}
+			}
+			t.Logf("%s, pc03 slowed to %v Mbit/s mid-cast: %s", plan, slowMbit, describeRates(r))
+		})
+	}
+}

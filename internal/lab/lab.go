@@ -363,6 +363,23 @@ func (l *Lab) SetLink(ctx context.Context, h *Host, up bool) error {
 	return inNS(ctx, l.swNS, "ip", "link", "set", h.port, state)
 }
 
+// SetRate shapes a host's link to mbit in both directions from now on, as
+// a link that slows down mid-cast (a duplex mismatch, other traffic).
+func (l *Lab) SetRate(ctx context.Context, h *Host, mbit float64) error {
+	for _, end := range []struct{ ns, dev string }{{h.NS, "eth0"}, {l.swNS, h.port}} {
+		if h.Mbit > 0 {
+			if err := inNS(ctx, end.ns, "tc", "qdisc", "del", "dev", end.dev, "root"); err != nil {
+				return err
+			}
+		}
+		if err := shape(ctx, end.ns, end.dev, mbit); err != nil {
+			return err
+		}
+	}
+	h.Mbit = mbit
+	return nil
+}
+
 func (l *Lab) onClose(f func() error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"dolly/dolly/relay"
+)
+
+// A node the plan could not know was slow (a disk that slows down as it
+// fills, a link shared with other traffic) holds back every node above it:
+// each relay waits for its child to take the stream. Each node reports the
+// child its relay waited for most of the time (control.Progress.HeldBy).
+// While the cast runs below replanBelow of its prediction, a relay held
+// back for heldFor by a child that is not itself held back by its own has
+// found the culprit, which is then served apart: its children go to its
+// upstream, and a leaf of the tree serves it at its own pace.
+
+// heldFor is how long a relay must be held back by one child before the
+// child is moved apart.
+const heldFor = 3 * time.Second
+
+// holdWatch follows what holds one relay back, from readings of its
+// Relay.Held: the child it waited for most of the time since since.
+type holdWatch struct {
+	prev  map[string]time.Duration
+	at    time.Time
+	by    string
+	since time.Time
+}
+
+// holdWindow is the span over which a relay's waits are weighed.
+const holdWindow = time.Second
+
+// observe takes a reading of r at now.
+func (h *holdWatch) observe(r *relay.Relay, now time.Time) {
+	if !h.at.IsZero() && now.Sub(h.at) < holdWindow {
+		return
+	}
+	cur := r.Held()
+	by := ""
+	if !h.at.IsZero() {
+		by = relay.MostHeld(h.prev, cur, now.Sub(h.at)/2)
+	}
+	if by != h.by {
+		h.by, h.since = by, now
+	}
+	h.prev, h.at = cur, now
+}
+
+// moveSlowApart serves apart a node that has held its upstream back for
+// heldFor while nothing held it back, at most half the cast's nodes. A
+// watched cast (w, if not nil) is the watch's to re-plan first: a plan the
+// model got wrong is held back by its links, not by one node.
+func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
+	s.mu.Lock()
+	if s.src != nil {
+		s.srcHold.observe(s.src.feed.relay, now)
+	}
+	predicted := s.predicted
+	if w != nil {
+		if len(w.said) == 0 {
+			predicted = 0 // the watch has not checked the cast yet
+		}
+		for _, rp := range w.said {
+			if rp.To != rp.From {
+				predicted = rp.Predicted // the plan that runs now
+			}
+		}
+	}
+	if predicted <= 0 || len(s.movedApart) >= len(s.castNodes)/2 {
+		s.mu.Unlock()
+		return
+	}
+	var slow *nodeState
+	var holder string
+	var held time.Duration
+	for _, u := range append([]*vertex{s.tree.root}, s.tree.members()...) {
+		by, since := s.srcHold.by, s.srcHold.since
+		if !u.isSource() {
+			if u.paced || u.node.status != stCasting {
+				continue
+			}
+			by, since = u.node.heldBy, u.node.heldSince
+		}
+		if by == "" || now.Sub(since) < heldFor {
+			continue
+		}
+		c := s.byName[by]
+		v := s.tree.at[c]
+		if c == nil || v == nil || v.parent != u || v.paced || c.status != stCasting || c.heldBy != "" {
+			continue
+		}
+		// A plan that runs as predicted has a bottleneck too, which holds
+		// the nodes above it back as much: only a cast held below its
+		// prediction has a culprit.
+		if c.rate <= 0 || c.rate >= replanBelow*predicted || !slowerThanSiblings(u, v) {
+			continue
+		}
+		slow, holder, held = c, u.name(), now.Sub(since)
+		break
+	}
+	if slow == nil {
+		s.mu.Unlock()
+		return
+	}
+	r, leaf, ok := s.tree.moveApart(slow, s.serving(now))
+	if !ok {
+		s.mu.Unlock()
+		return
+	}
+	if s.movedApart == nil {
+		s.movedApart = map[string]string{}
+	}
+	s.movedApart[slow.name] = leaf.name()
+	for _, l := range r.added {
+		l.node.lastMoved = now // it waits for its new upstream from now on
+	}
+	s.mu.Unlock()
+	fmt.Fprintf(s.cfg.Out, "  %s holds the others back (%s waited on it for %s): %s serves it apart from now on, at its own pace\n",
+		slow.name, holder, formatDuration(held), leaf.name())
+	s.log.Warn("slow node moved apart", "node", slow.name, "held", holder, "by", leaf.name())
+	s.rewire(ctx, r)
+	s.signal()
+}
+
+// slowerThanSiblings reports whether v runs well below the other children
+// of u that the plan serves, if it has any: children that share a link
+// full to the brim run alike, and none of them is the culprit.
+func slowerThanSiblings(u, v *vertex) bool {
+	var rates []float64
+	for _, k := range u.children {
+		if k != v && !k.paced && k.node.status == stCasting {
+			rates = append(rates, k.node.rate)
+		}
+	}
+	if len(rates) == 0 {
+		return true
+	}
+	slices.Sort(rates)
+	return v.node.rate < replanBelow*rates[len(rates)/2]
+}
