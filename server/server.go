@@ -142,8 +142,8 @@ type Server struct {
 	mu      sync.Mutex
 	nodes   []*nodeState // in join order
 	byName  map[string]*nodeState
-	started bool   // the plan is fixed; later joins are served apart
-	over    bool   // the cast is over; later joins are turned away
+	started bool // the plan is fixed; later joins are served apart
+	over    bool // the cast is over; later joins are turned away
 	// srcHold follows what holds the source's relay back; movedApart
 	// names the nodes moved off the plan while it ran, and who serves
 	// each (see slow.go).
@@ -152,8 +152,8 @@ type Server struct {
 	// predicted is the plan's predicted rate, raw bytes per second; 0 when
 	// the model could not judge.
 	predicted float64
-	aborted string // why the cast was called off, for nodes that come later
-	changed chan struct{}
+	aborted   string // why the cast was called off, for nodes that come later
+	changed   chan struct{}
 
 	scanned chan struct{} // closed once the image's size and digest are known
 	scanErr error

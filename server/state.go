@@ -63,8 +63,8 @@ type nodeState struct {
 	// in its reports since heldSince.
 	heldBy    string
 	heldSince time.Time
-	lastHeard     time.Time // any message from it
-	lastMoved     time.Time // pos last grew
+	lastHeard time.Time // any message from it
+	lastMoved time.Time // pos last grew
 
 	// verdict is what its digest proved, once it reported one; told says
 	// the verdict was sent on its present connection (a node that comes

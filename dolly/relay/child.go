@@ -31,9 +31,9 @@ type relayChild struct {
 	// a round (nanoseconds): a child that holds the others back; waiting,
 	// when it waits now, since when (Unix nanoseconds).
 	held, waiting atomic.Int64
-	done  chan struct{}
-	once  sync.Once
-	r     *Relay
+	done          chan struct{}
+	once          sync.Once
+	r             *Relay
 }
 
 // childJob is what a child is sent next: n bytes from its pipe (splice),
