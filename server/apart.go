@@ -17,13 +17,17 @@ import (
 // upload the plan leaves idle (a chain's tail, a tree's leaf), which keeps
 // what the slow node has not taken yet in a spool (relay.AttachPaced).
 
-// Apart is a node the plan serves apart.
+// Apart is a node the plan serves apart. Nodes served apart that are
+// alike (a switch behind a thin trunk) form a chain of their own: its head
+// is served at its own pace (Paced) by a node of the plan, and each of
+// the others by the node before it.
 type Apart struct {
-	Name string  // the node
-	From string  // the node of the plan that serves it
-	Rate float64 // its predicted rate, raw image bytes per second
+	Name  string  // the node
+	From  string  // its upstream
+	Paced bool    // From, a node of the plan, serves it at its own pace
+	Rate  float64 // its predicted rate, raw image bytes per second
 	// Own is the rate the model gives the node alone with the source: what
-	// its link, disk and CPU allow.
+	// its link, disk and CPU allow, and the links on the way.
 	Own float64
 }
 
@@ -68,7 +72,7 @@ func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose fu
 	}
 	slices.SortFunc(cands, func(a, b string) int { return cmp.Or(cmp.Compare(own[a], own[b]), natural.Compare(a, b)) })
 	var apart []string
-	for k := 1; k <= len(cands) && k <= nodes(net)/2 && k < nodes(net); k++ {
+	for k := 1; k <= len(cands) && k < nodes(net); k++ {
 		rest := net
 		for _, name := range cands[:k] {
 			rest = without(rest, name)
@@ -82,14 +86,16 @@ func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose fu
 	if len(apart) == 0 {
 		return ch
 	}
-	ch.Apart = placeApart(net, ch.Result, apart, own)
+	ch.Apart = placeApart(net, ch.Result, apart, own, opt)
 	ch.Notes = append(ch.Notes, apartNote(ch, with))
 	return ch
 }
 
-// placeApart has each node of apart served by a leaf of the plan,
-// spreading them over the leaves, the deepest first.
-func placeApart(net capacity.Network, plan capacity.Result, apart []string, own map[string]float64) []Apart {
+// placeApart has the nodes of apart served by the leaves of the plan, the
+// deepest first: nodes alike (within apartGain of one another) form a
+// chain, placed as the planner places one (few trunk crossings), whose head
+// a leaf serves at its own pace.
+func placeApart(net capacity.Network, plan capacity.Result, apart []string, own map[string]float64, opt capacity.Options) []Apart {
 	t := plan.Plan.Tree
 	kids := t.ChildLists()
 	var leaves []int
@@ -98,35 +104,73 @@ func placeApart(net capacity.Network, plan capacity.Result, apart []string, own 
 			leaves = append(leaves, v)
 		}
 	}
+	// Fastest first, cut where one is apartGain slower than its group's head.
+	sorted := slices.Clone(apart)
+	slices.SortStableFunc(sorted, func(a, b string) int { return cmp.Compare(own[b], own[a]) })
+	var groups [][]string
+	for _, name := range sorted {
+		if g := len(groups) - 1; g >= 0 && own[groups[g][0]] <= apartGain*own[name] {
+			groups[g] = append(groups[g], name)
+			continue
+		}
+		groups = append(groups, []string{name})
+	}
 	link := map[string]float64{}
 	for _, h := range net.Hosts {
 		link[h.Name] = h.Link * linkShare(net)
 	}
-	served := map[int][]int{} // leaf vertex → indices into out
-	out := make([]Apart, len(apart))
-	for i, name := range apart {
-		leaf := leaves[i%len(leaves)]
-		out[i] = Apart{Name: name, From: plan.Plan.Hosts[leaf], Own: own[name]}
-		served[leaf] = append(served[leaf], i)
+	served := map[int]int{} // groups each leaf serves
+	leafOf := make([]int, len(groups))
+	for i := range groups {
+		leafOf[i] = leaves[i%len(leaves)]
+		served[leafOf[i]]++
 	}
-	for leaf, idx := range served {
-		spare := link[plan.Plan.Hosts[leaf]] / float64(len(idx))
-		for _, i := range idx {
-			// A paced node never gets ahead of the node that serves it.
-			r := min(out[i].Own, plan.Rate)
-			if spare > 0 {
-				r = min(r, spare)
-			}
-			out[i].Rate = r
+	var out []Apart
+	for i, g := range groups {
+		g = chainOrder(net, g, plan.Plan.Compression)
+		// A chain served apart runs at its slowest node's rate, never
+		// ahead of the node that serves it, and shares that node's link.
+		rate := plan.Rate
+		for _, name := range g {
+			rate = min(rate, own[name])
+		}
+		if spare := link[plan.Plan.Hosts[leafOf[i]]] / float64(served[leafOf[i]]); spare > 0 {
+			rate = min(rate, spare)
+		}
+		from := plan.Plan.Hosts[leafOf[i]]
+		for j, name := range g {
+			out = append(out, Apart{Name: name, From: from, Paced: j == 0, Own: own[name], Rate: rate})
+			from = name
 		}
 	}
 	return out
+}
+
+// chainOrder orders nodes along a chain as the planner would place them
+// on their own with the source: by switch, crossing trunks as few times as
+// it can.
+func chainOrder(net capacity.Network, nodes []string, comp capacity.Compression) []string {
+	if len(nodes) < 2 {
+		return nodes
+	}
+	sub := net
+	sub.Hosts = slices.DeleteFunc(slices.Clone(net.Hosts), func(h capacity.Host) bool {
+		return h.Role != capacity.RoleSource && !slices.Contains(nodes, h.Name)
+	})
+	p, err := capacity.Arrange(sub, capacity.Chain(len(nodes)), comp)
+	if err != nil {
+		return nodes
+	}
+	return p.Hosts[1:]
 }
 
 func apartNote(ch Choice, with float64) string {
 	var parts []string
 	for _, a := range ch.Apart {
 		parts = append(parts, fmt.Sprintf("%s (alone %s MB/s) from %s at %s MB/s", a.Name, mbps(a.Own), a.From, mbps(a.Rate)))
+	}
+	if len(parts) > 8 {
+		parts = append(parts[:8], fmt.Sprintf("and %d more", len(parts)-8))
 	}
 	return fmt.Sprintf("served apart, at their own pace, so that the others run at %s MB/s, not %s: %s",
 		mbps(ch.Result.Rate), mbps(with), strings.Join(parts, "; "))

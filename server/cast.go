@@ -24,10 +24,13 @@ type castPlan struct {
 	apart []apartLink
 }
 
-// apartLink is a node served apart and the plan's vertex that serves it.
+// apartLink is a node served apart and its upstream: the plan's vertex
+// up, which serves it at its own pace, or (up < 0) the node served apart
+// before it in its chain, from.
 type apartLink struct {
 	node *nodeState
 	up   int
+	from *nodeState
 	rate float64 // predicted
 }
 
@@ -46,7 +49,13 @@ func (s *Server) bind(ch Choice, ready []*nodeState) castPlan {
 		}
 	}
 	for _, a := range ch.Apart {
-		p.apart = append(p.apart, apartLink{node: byName[a.Name], up: vertex[a.From], rate: a.Rate})
+		l := apartLink{node: byName[a.Name], up: -1, rate: a.Rate}
+		if a.Paced {
+			l.up = vertex[a.From]
+		} else {
+			l.from = byName[a.From]
+		}
+		p.apart = append(p.apart, l)
 	}
 	return p
 }
@@ -80,7 +89,11 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	now := time.Now()
 	s.tree = plantTree(p.tree, p.nodes)
 	for _, a := range p.apart {
-		s.tree.addPaced(s.tree.vertexAt(p.nodes, a.up), a.node)
+		if a.up >= 0 {
+			s.tree.addPaced(s.tree.vertexAt(p.nodes, a.up), a.node)
+		} else {
+			s.tree.add(s.tree.at[a.from], a.node)
+		}
 	}
 	for _, n := range p.all() {
 		n.lastHeard, n.lastMoved = now, now
@@ -136,7 +149,18 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		assign(p.nodes[v-1], a)
 	}
 	for _, ap := range p.apart {
-		assign(ap.node, control.Assign{Upstream: p.name(ap.up), Encoding: p.send.String()})
+		a := control.Assign{Encoding: p.send.String()}
+		if ap.up >= 0 {
+			a.Upstream = p.name(ap.up)
+		} else {
+			a.Upstream = ap.from.name
+		}
+		for _, c := range p.apart {
+			if c.from == ap.node {
+				a.Children = append(a.Children, s.peer(c.node))
+			}
+		}
+		assign(ap.node, a)
 	}
 
 	view := newProgressView(s.cfg.Out, s.cfg.Interactive, s.cfg.ProgressEvery, s.img.Size)

@@ -247,6 +247,9 @@ func (t *castTree) remove(x *nodeState, serves func(*nodeState) bool) (r rewirin
 	}
 	for _, k := range v.children {
 		t.link(up, k)
+		// Behind a node served apart, they are apart too: the new
+		// upstream must not wait for them.
+		k.paced = k.paced || v.paced
 		r.added = append(r.added, link{up: up, node: k.node})
 	}
 	v.children = nil

@@ -36,7 +36,11 @@ func (s *Server) printPlan(p castPlan, ch Choice) {
 		fmt.Fprintf(out, "  %s\n", line)
 	}
 	for _, a := range p.apart {
-		fmt.Fprintf(out, "  %s: served apart by %s, at its own pace (predicted %s MB/s)\n", a.node.name, p.name(a.up), mbps(a.rate))
+		if a.up >= 0 {
+			fmt.Fprintf(out, "  %s: served apart by %s, at its own pace (predicted %s MB/s)\n", a.node.name, p.name(a.up), mbps(a.rate))
+		} else {
+			fmt.Fprintf(out, "  %s: served apart after %s (predicted %s MB/s)\n", a.node.name, a.from.name, mbps(a.rate))
+		}
 	}
 	fmt.Fprintln(out, "targets:")
 	for _, n := range p.all() {

@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -174,4 +176,65 @@ func TestNodeThatSlowsIsMovedApart(t *testing.T) {
 			t.Logf("%s, pc03 slowed to %v Mbit/s mid-cast: %s", plan, slowMbit, describeRates(r))
 		})
 	}
+}
+
+// TestTwoSwitchesRunAtTheirOwnRates casts over two switches of 1 Gbit/s
+// links joined by a 100 Mbit/s trunk, described by a topology file: the
+// far switch's nodes are served apart, as a chain of their own fed once
+// through the trunk at its rate, so that the source's switch is not held
+// to the trunk's rate.
+func TestTwoSwitchesRunAtTheirOwnRates(t *testing.T) {
+	requireLab(t)
+	bin := buildBinaries(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const perSwitch, mbit, trunk = 4, 1000.0, 100.0
+	spec := Spec{Server: HostSpec{Name: "srv", Switch: "sw1", Mbit: mbit}, Dir: dir,
+		Switches: []string{"sw1", "sw2"}, Trunks: []Trunk{{A: "sw1", B: "sw2", Mbit: trunk}}}
+	for i := range 2 * perSwitch {
+		sw := "sw1"
+		if i >= perSwitch {
+			sw = "sw2"
+		}
+		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Switch: sw, Mbit: mbit})
+	}
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	topo := filepath.Join(dir, "lab.json")
+	b, err := l.Topology(spec)
+	if err == nil {
+		err = os.WriteFile(topo, b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 20
+	img, want := writeImage(t, dir, size, 43, testimage.Dense)
+	c := startLabCast(ctx, t, l, bin, dir, img, size, []string{"-compress", "no", "-topology", topo}, nil)
+	c.waitVerified(size, want)
+	r := c.readReport()
+	out := c.log("server")
+	trunkRate := trunk / 8 * TCPEfficiency
+	var slowestNear float64
+	for i, n := range r.Nodes {
+		far := i >= perSwitch
+		if far != (n.ApartFrom != "") {
+			t.Errorf("%s (far side: %v) served apart by %q\n%s", n.Name, far, n.ApartFrom, out)
+		}
+		if far && n.MBps < 0.8*trunkRate {
+			t.Errorf("%s, behind the trunk: %.2f MB/s, the trunk carries %.2f\n%s", n.Name, n.MBps, trunkRate, out)
+		}
+		if !far && (slowestNear == 0 || n.MBps < slowestNear) {
+			slowestNear = n.MBps
+		}
+	}
+	// Held to the trunk, the near side would run at the trunk's rate.
+	if slowestNear < 2*trunkRate {
+		t.Errorf("the source's side ran at %.2f MB/s, the trunk's rate is %.2f\n%s", slowestNear, trunkRate, out)
+	}
+	t.Logf("two switches of %v Mbit/s, trunk %v Mbit/s: %s", mbit, trunk, describeRates(r))
 }
