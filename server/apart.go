@@ -72,6 +72,7 @@ func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose fu
 	}
 	slices.SortFunc(cands, func(a, b string) int { return cmp.Or(cmp.Compare(own[a], own[b]), natural.Compare(a, b)) })
 	var apart []string
+	main := net
 	for k := 1; k <= len(cands) && k < nodes(net); k++ {
 		rest := net
 		for _, name := range cands[:k] {
@@ -81,14 +82,71 @@ func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose fu
 		if err != nil || !next.Modeled || next.Result.Rate < apartGain*ch.Result.Rate {
 			continue
 		}
-		ch, apart = next, cands[:k]
+		ch, apart, main = next, cands[:k], rest
 	}
 	if len(apart) == 0 {
 		return ch
 	}
 	ch.Apart = placeApart(net, ch.Result, apart, own, opt)
+	if r, ok := beside(main, net, ch, opt); ok {
+		ch.Result = r
+	}
 	ch.Notes = append(ch.Notes, apartNote(ch, with))
 	return ch
+}
+
+// beside is the plan's prediction with the nodes served apart running
+// beside it: on a machine they share with the plan's hosts (emulated
+// hosts on one box), the CPU their streams take is not the plan's.
+func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capacity.Result, bool) {
+	used := map[string]float64{} // cores, by machine
+	var group []string
+	rate := 0.0
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		sub := net
+		sub.Hosts = slices.DeleteFunc(slices.Clone(net.Hosts), func(h capacity.Host) bool {
+			return h.Role != capacity.RoleSource && !slices.Contains(group, h.Name)
+		})
+		src := ch.Result.Plan.Hosts[0]
+		r, err := capacity.Evaluate(sub, capacity.Plan{Tree: capacity.Chain(len(group)), Hosts: append([]string{src}, group...), Compression: ch.Result.Plan.Compression}, opt)
+		if err == nil {
+			for _, c := range r.Constraints {
+				if c.Kind == capacity.MachineCPULimit {
+					used[c.Subject] += c.Coef * rate
+				}
+			}
+		}
+		group = nil
+	}
+	for _, a := range ch.Apart {
+		if a.Paced {
+			flush()
+		}
+		group, rate = append(group, a.Name), a.Rate
+	}
+	flush()
+	if len(used) == 0 {
+		return capacity.Result{}, false
+	}
+	main.Hosts = slices.Clone(main.Hosts)
+	for i := range main.Hosts {
+		h := &main.Hosts[i]
+		if u := used[h.Machine]; u > 0 && h.Machine != "" {
+			cores := h.Resources.Cores
+			if cores <= 0 {
+				cores = 1
+			}
+			h.Resources.Cores = max(cores-u, cores/10)
+		}
+	}
+	r, err := capacity.Evaluate(main, ch.Result.Plan, opt)
+	if err != nil || r.Rate <= 0 {
+		return capacity.Result{}, false
+	}
+	return r, true
 }
 
 // placeApart has the nodes of apart served by the leaves of the plan, the

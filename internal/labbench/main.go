@@ -145,7 +145,15 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	for i := range g.maxNodes {
 		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: g.mbit})
 	}
-	if g.slowMbit > 0 {
+	if g.trunkMbit > 0 {
+		spec.Switches = []string{"sw1", "sw2"}
+		spec.Trunks = []lab.Trunk{{A: "sw1", B: "sw2", Mbit: g.trunkMbit}}
+		spec.Server.Switch = "sw1"
+		for i := range spec.Nodes {
+			spec.Nodes[i].Switch = spec.Switches[2*i/len(spec.Nodes)]
+		}
+		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links, half of them behind a %v Mbit/s trunk\n", g.maxNodes, g.mbit, g.trunkMbit)
+	} else if g.slowMbit > 0 {
 		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", g.maxNodes+1), Mbit: g.slowMbit})
 		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links and one on %v Mbit/s\n", g.maxNodes, g.mbit, g.slowMbit)
 	} else {
@@ -162,6 +170,18 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 	// a cast right after another image's ran slower. A PC's own disk has
 	// no such memory of the previous image.
 	env := &labEnv{lab: l, opts: o, disks: map[string][]string{}}
+	if g.trunkMbit > 0 {
+		// An admin describes a lab of two switches: nothing measures a
+		// trunk from the hosts.
+		b, err := l.Topology(spec)
+		if err != nil {
+			return nil, err
+		}
+		env.topology = filepath.Join(o.work, fmt.Sprintf("two-switches-%vmbit.json", g.trunkMbit))
+		if err := os.WriteFile(env.topology, b, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	for _, name := range g.images() {
 		img := images[name]
 		for _, h := range l.Nodes {

@@ -39,7 +39,7 @@ func writeOutputs(o options, results []result, start time.Time) error {
 	}
 	// The slow-node lab's runs are a table of their own, not a point on
 	// the node-count curves.
-	matrixRuns := filterResults(results, func(r result) bool { return r.slowMbit == 0 && !r.late && !r.lateBase })
+	matrixRuns := filterResults(results, func(r result) bool { return r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 })
 	for _, mbit := range []float64{100, 1000} {
 		if err := plotPerNode(filepath.Join(o.out, fmt.Sprintf("%s-per-node-%vmbit.png", name, mbit)), matrixRuns, mbit); err != nil {
 			return err
@@ -151,7 +151,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	}
 	for _, mbit := range []float64{100, 1000} {
 		rows := filterResults(results, func(r result) bool {
-			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase
+			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0
 		})
 		if len(rows) == 0 {
 			continue
@@ -183,6 +183,21 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
 				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, slow, castsCell(r))
+		}
+		b.WriteString("\n")
+	}
+	if rows := filterResults(results, func(r result) bool { return r.trunkMbit > 0 }); len(rows) > 0 {
+		r0 := rows[0]
+		fmt.Fprintf(&b, "## Two switches: %d nodes at %v Mbit/s on the source's switch, %d behind a %v Mbit/s trunk (%s image, topology file)\n\n", r0.nodes/2, r0.mbit, r0.nodes/2, r0.trunkMbit, imageLabel(r0.image))
+		b.WriteString("| run | plan | time | source's switch MB/s per node | predicted MB/s | error | far switch MB/s (of stream) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			pred, errPct := "", ""
+			if r.predicted > 0 && r.err == "" {
+				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
+				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct,
+				cell(r, fmt.Sprintf("%.2f (%.2f)", r.farMeasured, r.farWire)), castsCell(r))
 		}
 		b.WriteString("\n")
 	}
@@ -256,7 +271,7 @@ func acceptance(results []result) []string {
 	for _, a := range filterResults(results, func(r result) bool { return r.method == "dolly" && r.topology == "auto" && r.err == "" }) {
 		forced := filterResults(results, func(r result) bool {
 			return r.method == "dolly" && r.topology != "auto" && r.compression == "none" && r.nodes == a.nodes && r.mbit == a.mbit && r.image == a.image &&
-				r.slowMbit == a.slowMbit && r.slow == a.slow && r.err == ""
+				r.slowMbit == a.slowMbit && r.slow == a.slow && r.trunkMbit == a.trunkMbit && r.late == a.late && r.lateBase == a.lateBase && r.err == ""
 		})
 		if len(forced) == 0 {
 			continue
@@ -283,6 +298,22 @@ func acceptance(results []result) []string {
 		out = append(out, fmt.Sprintf("%s with %s, the node at %v Mbit/s takes the stream at %.2f MB/s, %.1f%% of its link's %.2f (goal: 90%%)",
 			verdict(w.slowWire >= 0.9*link), shapeName(w.runSpec), w.slowMbit, w.slowWire, 100*w.slowWire/link, link))
 	}
+	// Two switches: the source's side at a single switch's rate (the
+	// gigabit matrix's run of as many nodes), the far side at the trunk's.
+	for _, w := range filterResults(results, func(r result) bool { return r.trunkMbit > 0 && r.err == "" }) {
+		base := filterResults(results, func(r result) bool {
+			return r.trunkMbit == 0 && r.slowMbit == 0 && !r.late && !r.lateBase && !r.headline && r.method == w.method &&
+				r.topology == w.topology && r.compression == w.compression && r.nodes == w.nodes/2 && r.mbit == w.mbit && r.image == w.image && r.err == ""
+		})
+		if len(base) > 0 {
+			keep := w.measured / base[0].measured
+			out = append(out, fmt.Sprintf("%s two switches, %s: the source's side keeps %.1f%% of a single switch's rate (%.2f of %.2f MB/s; goal: 90%%)",
+				verdict(keep >= 0.9), shapeName(w.runSpec), 100*keep, w.measured, base[0].measured))
+		}
+		trunk := w.trunkMbit / 8
+		out = append(out, fmt.Sprintf("%s two switches, %s: the far side takes the stream at %.2f MB/s, %.1f%% of the trunk's %.2f (goal: 90%%)",
+			verdict(w.farWire >= 0.9*trunk), shapeName(w.runSpec), w.farWire, 100*w.farWire/trunk, trunk))
+	}
 	// A late node: verified in the same cast (a run fails otherwise), and
 	// the others keep their rate.
 	for _, w := range filterResults(results, func(r result) bool { return r.late && r.err == "" }) {
@@ -301,7 +332,7 @@ func acceptance(results []result) []string {
 	for _, mbit := range []float64{100, 1000} {
 		for _, img := range []string{"small", "large"} {
 			chains := filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == ""
 			})
 			if len(chains) < 2 {
 				continue
@@ -319,7 +350,7 @@ func acceptance(results []result) []string {
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
 			for _, d := range filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.err == ""
+				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.nodes == p.nodes && r.mbit == p.mbit && r.headline == p.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == ""
 			}) {
 				images := p.image + " image"
 				if d.image != p.image {

@@ -27,6 +27,10 @@ type runSpec struct {
 	// lateAfter after the cast has started; lateBase is the same run
 	// without it, its baseline.
 	late, lateBase bool
+	// trunkMbit, when set, splits the lab's nodes over two switches, the
+	// source's and a far one, joined by a trunk this fast, and the runs
+	// pass the lab's topology file.
+	trunkMbit float64
 }
 
 // lateAfter is how long after the cast started a late node starts.
@@ -47,6 +51,8 @@ func (r runSpec) String() string {
 		s += fmt.Sprintf(" + 1 node started %v into the cast", lateAfter)
 	case r.lateBase:
 		s += " without its late node"
+	case r.trunkMbit > 0:
+		s += fmt.Sprintf(", two switches joined at %v Mbit/s", r.trunkMbit)
 	}
 	return s
 }
@@ -66,8 +72,9 @@ type benchPlan []runSpec
 // group is the runs that share one lab: one link speed, up to maxNodes,
 // and a slow node if slowMbit is set.
 type group struct {
-	mbit     float64
-	slowMbit float64
+	mbit      float64
+	slowMbit  float64
+	trunkMbit float64
 	maxNodes int
 	runs     []runSpec
 }
@@ -75,9 +82,9 @@ type group struct {
 func (p benchPlan) groups() []group {
 	var gs []group
 	for _, r := range p {
-		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit && g.slowMbit == r.slowMbit })
+		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit && g.slowMbit == r.slowMbit && g.trunkMbit == r.trunkMbit })
 		if i < 0 {
-			gs = append(gs, group{mbit: r.mbit, slowMbit: r.slowMbit})
+			gs = append(gs, group{mbit: r.mbit, slowMbit: r.slowMbit, trunkMbit: r.trunkMbit})
 			i = len(gs) - 1
 		}
 		gs[i].runs = append(gs[i].runs, r)
@@ -186,7 +193,18 @@ func fullPlan() benchPlan {
 			giga[i].image = "small"
 		}
 	}
-	return append(append(p, giga...), slowNodePlan()...)
+	return append(append(append(p, giga...), slowNodePlan()...), twoSwitchPlan()...)
+}
+
+// twoSwitchPlan is 16 nodes at 1 Gbit/s, 8 on the source's switch and 8
+// on another joined to it by a 100 Mbit/s trunk, described by the lab's
+// topology file; the gigabit matrix's 8 nodes are the single switch they
+// are held against.
+func twoSwitchPlan() benchPlan {
+	return benchPlan{
+		{method: "dolly", topology: "auto", compression: "auto", nodes: 16, mbit: 1000, image: "large", trunkMbit: 100},
+		{method: "dolly", topology: "chain", fanout: 1, compression: "none", nodes: 16, mbit: 1000, image: "large", trunkMbit: 100},
+	}
 }
 
 // slowNodePlan is 8 nodes at 100 Mbit/s without and with a ninth at 10

@@ -36,6 +36,8 @@ type result struct {
 	slowMeasured   float64   // MB/s of image at the slow node, in a run with one
 	slowWire       float64   // MB/s of the stream (what its link carried) at the slow node
 	lateMeasured   float64   // MB/s of image at the late node, from its joining
+	farMeasured    float64   // MB/s of image at the far switch's slowest node (two switches)
+	farWire        float64   // and of the stream, what the trunk carried to it
 	bottleneck     string
 	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
 	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
@@ -57,6 +59,9 @@ func (r result) line() string {
 		spec += " → " + r.chosen
 	}
 	s := fmt.Sprintf("%s  %6.2f MB/s per node (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.seconds, r.busy, r.cores)
+	if r.trunkMbit > 0 {
+		s = fmt.Sprintf("%s  %6.2f MB/s per node on the source's switch, %.2f behind the trunk (%.2f of stream) (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.farMeasured, r.farWire, r.seconds, r.busy, r.cores)
+	}
 	if r.late {
 		s = fmt.Sprintf("%s  %6.2f MB/s per node, the late one %.2f from its start (%5.1fs, %.1f of %d cores busy", spec, r.measured, r.lateMeasured, r.seconds, r.busy, r.cores)
 	}
@@ -308,6 +313,13 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	for _, n := range rep.Nodes {
 		if n.Name == lateHost {
 			res.lateMeasured = n.MBps
+			continue
+		}
+		if r.trunkMbit > 0 && slices.IndexFunc(hosts, func(h *lab.Host) bool { return h.Name == n.Name }) >= len(hosts)/2 {
+			if res.farMeasured == 0 || n.MBps < res.farMeasured {
+				res.farMeasured = n.MBps
+				res.farWire = float64(rep.StreamBytes) / n.Seconds / 1e6
+			}
 			continue
 		}
 		if n.Name == slowHost {
