@@ -75,8 +75,8 @@ type group struct {
 	mbit      float64
 	slowMbit  float64
 	trunkMbit float64
-	maxNodes int
-	runs     []runSpec
+	maxNodes  int
+	runs      []runSpec
 }
 
 func (p benchPlan) groups() []group {
