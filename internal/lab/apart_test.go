@@ -24,16 +24,7 @@ func TestSlowNodeIsServedApart(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	const fast, mbit, slowMbit = 4, 100.0, 10.0
-	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
-	for i := range fast + 1 {
-		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
-	}
-	spec.Nodes[2].Mbit = slowMbit // pc03, in the middle of the chain
-	l, err := New(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := newSlowNodeLab(ctx, t, dir, fast, mbit, slowMbit)
 
 	const size = 24 << 20
 	img, want := writeImage(t, dir, size, 31, testimage.Dense)
@@ -70,16 +61,7 @@ func TestSlowNodeOutlivesItsServer(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	const fast, mbit, slowMbit = 4, 100.0, 10.0
-	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
-	for i := range fast + 1 {
-		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
-	}
-	spec.Nodes[2].Mbit = slowMbit
-	l, err := New(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := newSlowNodeLab(ctx, t, dir, fast, mbit, slowMbit)
 
 	const size = 48 << 20 // more than a relay's history
 	img, want := writeImage(t, dir, size, 37, testimage.Dense)
@@ -237,4 +219,21 @@ func TestTwoSwitchesRunAtTheirOwnRates(t *testing.T) {
 		t.Errorf("the source's side ran at %.2f MB/s, the trunk's rate is %.2f\n%s", slowestNear, trunkRate, out)
 	}
 	t.Logf("two switches of %v Mbit/s, trunk %v Mbit/s: %s", mbit, trunk, describeRates(r))
+}
+
+// newSlowNodeLab is a lab of fast+1 nodes at mbit but pc03, in the middle
+// of the chain, at slowMbit, closed when the test ends.
+func newSlowNodeLab(ctx context.Context, t *testing.T, dir string, fast int, mbit, slowMbit float64) *Lab {
+	t.Helper()
+	spec := Spec{Server: HostSpec{Name: "srv", Mbit: mbit}, Dir: dir}
+	for i := range fast + 1 {
+		spec.Nodes = append(spec.Nodes, HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: mbit})
+	}
+	spec.Nodes[2].Mbit = slowMbit
+	l, err := New(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }

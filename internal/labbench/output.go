@@ -169,55 +169,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 		}
 		b.WriteString("\n")
 	}
-	if rows := filterResults(results, func(r result) bool { return r.slowMbit > 0 }); len(rows) > 0 {
-		r0 := rows[0]
-		fmt.Fprintf(&b, "## A slow node: %d nodes at %v Mbit/s, and one more at %v Mbit/s (%s image)\n\n", r0.nodes, r0.mbit, r0.slowMbit, imageLabel(r0.image))
-		b.WriteString("| run | plan | time | MB/s per node (slowest) | predicted MB/s | error | slow node MB/s (of stream on its link) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|---|\n")
-		for _, r := range rows {
-			pred, errPct, slow := "", "", "not in the cast"
-			if r.predicted > 0 && r.err == "" {
-				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
-			}
-			if r.slow {
-				slow = cell(r, fmt.Sprintf("%.2f (%.2f)", r.slowMeasured, r.slowWire))
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
-				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, slow, castsCell(r))
-		}
-		b.WriteString("\n")
-	}
-	if rows := filterResults(results, func(r result) bool { return r.trunkMbit > 0 }); len(rows) > 0 {
-		r0 := rows[0]
-		fmt.Fprintf(&b, "## Two switches: %d nodes at %v Mbit/s on the source's switch, %d behind a %v Mbit/s trunk (%s image, topology file)\n\n", r0.nodes/2, r0.mbit, r0.nodes/2, r0.trunkMbit, imageLabel(r0.image))
-		b.WriteString("| run | plan | time | source's switch MB/s per node | predicted MB/s | error | far switch MB/s (of stream) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|---|\n")
-		for _, r := range rows {
-			pred, errPct := "", ""
-			if r.predicted > 0 && r.err == "" {
-				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()), r.chosen,
-				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct,
-				cell(r, fmt.Sprintf("%.2f (%.2f)", r.farMeasured, r.farWire)), castsCell(r))
-		}
-		b.WriteString("\n")
-	}
-	if rows := filterResults(results, func(r result) bool { return r.late || r.lateBase }); len(rows) > 0 {
-		r0 := rows[0]
-		fmt.Fprintf(&b, "## A late node: %d nodes at %v Mbit/s, and one more started %v into the cast (%s image)\n\n", r0.nodes, r0.mbit, lateAfter, imageLabel(r0.image))
-		b.WriteString("| run | time | MB/s per node (slowest) | predicted MB/s | error | late node MB/s (from its start) | casts MB/s (predicted) |\n|---|---|---|---|---|---|---|\n")
-		for _, r := range rows {
-			pred, errPct, late := "", "", "not in the cast"
-			if r.predicted > 0 && r.err == "" {
-				pred, errPct = fmt.Sprintf("%.2f", r.predicted), fmt.Sprintf("%+.1f%%", r.errorPercent())
-			}
-			if r.late {
-				late = cell(r, fmt.Sprintf("%.2f, verified", r.lateMeasured))
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", strings.TrimSpace(r.runSpec.String()),
-				cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)), pred, errPct, late, castsCell(r))
-		}
-		b.WriteString("\n")
-	}
+	scenarioTables(&b, results)
 	b.WriteString("## Checks\n\n")
 	for _, c := range checks {
 		fmt.Fprintf(&b, "- %s\n", c)

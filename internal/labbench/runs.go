@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"dolly/dolly/probe"
@@ -383,203 +379,6 @@ func (e *labEnv) check(img image, node int) error {
 		return fmt.Errorf("pc%02d's target differs from the image", node+1)
 	}
 	return nil
-}
-
-// ncChain streams the raw image along nc | tee | nc relays: every node
-// listens, tees the stream onto its disk and sends it on.
-func (e *labEnv) ncChain(ctx context.Context, r runSpec, img image, logDir string) (result, error) {
-	var res result
-	const port = "9800"
-	nodes := e.lab.Nodes[:r.nodes]
-	procs := make([]*proc, len(nodes))
-	// The last node first, so every relay finds its successor listening.
-	for i := len(nodes) - 1; i >= 0; i-- {
-		h := nodes[i]
-		disk := e.disks[img.name][i]
-		script := fmt.Sprintf("nc -l %s %s > %s", h.IP, port, disk)
-		if i < len(nodes)-1 {
-			script = fmt.Sprintf("nc -l %s %s | tee %s | nc -N %s %s", h.IP, port, disk, nodes[i+1].IP, port)
-		}
-		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "sh", "-c", script)
-		if err != nil {
-			return res, err
-		}
-		procs[i] = p
-		if err := e.waitListening(ctx, h, port); err != nil {
-			return res, err
-		}
-	}
-	start := time.Now()
-	src, err := e.start(ctx, e.lab.Server, filepath.Join(logDir, "source.log"), "sh", "-c",
-		fmt.Sprintf("nc -N %s %s < %s", nodes[0].IP, port, img.raw))
-	if err != nil {
-		return res, err
-	}
-	return e.collect(res, img, start, append(procs, src), len(nodes))
-}
-
-// udpcast sends the raw image by multicast with udp-sender to udp-receivers
-// on every node, at 95% of the link rate (faster only loses packets at the
-// shaper and slows it down).
-func (e *labEnv) udpcast(ctx context.Context, r runSpec, img image, logDir string) (result, error) {
-	var res result
-	nodes := e.lab.Nodes[:r.nodes]
-	procs := make([]*proc, len(nodes))
-	for i, h := range nodes {
-		p, err := e.start(ctx, h, filepath.Join(logDir, h.Name+".log"), "udp-receiver",
-			"--file", e.disks[img.name][i], "--interface", "eth0", "--nokbd", "--portbase", "9900")
-		if err != nil {
-			return res, err
-		}
-		procs[i] = p
-	}
-	start := time.Now()
-	src, err := e.start(ctx, e.lab.Server, filepath.Join(logDir, "sender.log"), "udp-sender",
-		"--file", img.raw, "--interface", "eth0", "--nokbd", "--portbase", "9900",
-		"--min-receivers", fmt.Sprint(len(nodes)), "--max-bitrate", fmt.Sprintf("%.0fm", r.mbit*0.95))
-	if err != nil {
-		return res, err
-	}
-	return e.collect(res, img, start, append(procs, src), len(nodes))
-}
-
-// collect waits for the receivers (the first n procs) and the source, and
-// measures each receiver's time from start.
-func (e *labEnv) collect(res result, img image, start time.Time, procs []*proc, n int) (result, error) {
-	var errs []error
-	var mu sync.Mutex
-	for i, p := range procs {
-		if err := p.wait(); err != nil {
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(p.log), err))
-			mu.Unlock()
-			continue
-		}
-		if i < n {
-			s := p.end.Sub(start).Seconds()
-			res.perNode = append(res.perNode, float64(img.size)/s/1e6)
-			res.seconds = max(res.seconds, s)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return res, err
-	}
-	res.measured = float64(img.size) / res.seconds / 1e6
-	return res, nil
-}
-
-// waitListening waits until something listens on port in h's namespace,
-// without connecting (nc -l would take the probe for its one connection).
-func (e *labEnv) waitListening(ctx context.Context, h *lab.Host, port string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		out, _ := e.lab.Command(ctx, h, "ss", "-Hltn", "sport = :"+port).Output()
-		if len(strings.TrimSpace(string(out))) > 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("nothing listens on %s:%s", h.Name, port)
-}
-
-// repeatUnder is the length below which a dolly run is cast several times
-// and the median kept: the machine's spare CPU changes from minute to
-// minute (other guests of its host take some of it), and a short cast that
-// keeps the cores busy feels that; longer casts average it out. Casts
-// shorter than repeatMoreUnder (a gigabit cast of 1 GiB) swing the most:
-// they get two casts more. A cast that only the links hold back
-// reproduces closely: from linkBoundOnceFrom on, it is cast once. Casting stops early once a cast agrees with an earlier one within
-// castsAgree.
-const (
-	repeatUnder       = 40 * time.Second
-	repeatMoreUnder   = 10 * time.Second
-	linkBoundOnceFrom = 20 * time.Second
-	castsAgree        = 0.02
-)
-
-// castsFor is how many casts a run gets at most, given its first cast and
-// the reps runs get.
-func castsFor(first result, reps int) int {
-	switch {
-	case reps < 2 || first.seconds >= repeatUnder.Seconds():
-		return 1
-	case linkBound(first.bottleneck) && first.seconds >= linkBoundOnceFrom.Seconds():
-		return 1
-	case first.seconds < repeatMoreUnder.Seconds():
-		return reps + 2
-	}
-	return reps
-}
-
-// linkBound says the plan's bottleneck is links alone, all of the time.
-// The preview names a mix by its shares ("92% of the time: links ...; 8%:
-// decoding thread ...") and limits that bind alike after a semicolon
-// ("link ...; CPU of machine lab ...").
-func linkBound(bottleneck string) bool {
-	return strings.HasPrefix(bottleneck, "link") && !strings.Contains(bottleneck, ";")
-}
-
-// settled says the last cast agrees with an earlier one, in its rate and
-// in its prediction (the server measures the image for each).
-func settled(all []result) bool {
-	agree := func(a, b float64) bool { return math.Abs(a-b) <= castsAgree*max(a, b) }
-	last := all[len(all)-1]
-	for _, c := range all[:len(all)-1] {
-		if agree(c.measured, last.measured) && agree(c.predicted, last.predicted) {
-			return true
-		}
-	}
-	return false
-}
-
-// runMedian runs r, and again when it is a short dolly cast (castsFor)
-// until two casts agree in rate and prediction, and returns the cast of median rate with every
-// cast's rate and prediction.
-func (e *labEnv) runMedian(ctx context.Context, r runSpec, img image, reps int) result {
-	res := e.run(ctx, r, img, true)
-	if r.method != "dolly" || res.err != "" {
-		return res
-	}
-	all := []result{res}
-	for n := castsFor(res, reps); len(all) < n && ctx.Err() == nil; {
-		syscall.Sync()
-		next := e.run(ctx, r, img, false)
-		if next.err != "" {
-			return next // a failed cast is the news, not the median
-		}
-		all = append(all, next)
-		if settled(all) {
-			break
-		}
-	}
-	return medianCast(all)
-}
-
-// medianCast is the cast of median rate, with the rate and prediction of
-// every cast in the order cast. Its prediction is the median of theirs:
-// the server times the image's decoding for each cast, on the same shared
-// machine, so its predictions vary from cast to cast too.
-func medianCast(all []result) result {
-	med := medianBy(all, func(r result) float64 { return r.measured })
-	med.predicted = medianBy(all, func(r result) float64 { return r.predicted }).predicted
-	med.rate = medianBy(all, func(r result) float64 { return r.rate }).rate
-	med.casts, med.castsPredicted = nil, nil
-	for _, c := range all {
-		med.casts, med.castsPredicted = append(med.casts, c.measured), append(med.castsPredicted, c.predicted)
-	}
-	return med
-}
-
-// medianBy is the element of median key: the lower of the middle two of
-// an even number, and of equal keys the one earlier in xs.
-func medianBy[T any](xs []T, key func(T) float64) T {
-	sorted := slices.Clone(xs)
-	slices.SortStableFunc(sorted, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
-	return sorted[(len(sorted)-1)/2]
 }
 
 // stolenCPU is the time the hypervisor ran others on the machine's CPUs
