@@ -129,12 +129,19 @@ func (s *Server) handleEvent(ctx context.Context, e castEvent) {
 		s.handOver(ctx, e.node, e.child, e.reason)
 	case evChildLost:
 		// A parent that cannot reach its child: the child is taken out
-		// unless it has finished (it then needs nothing more).
+		// unless it has finished (it then needs nothing more). One served
+		// at its pace may have outgrown its parent's spool: the source
+		// serves it once its link is free (if the child is gone, that
+		// fails, and it is taken out).
 		s.mu.Lock()
 		c := s.byName[e.child]
 		lost := c != nil && s.tree.feeds(e.node, c) && !c.finished()
+		paced := lost && s.tree.paced(c)
 		s.mu.Unlock()
-		if lost {
+		switch {
+		case paced:
+			s.handOver(ctx, e.node, e.child, e.reason)
+		case lost:
 			s.removeNode(ctx, c, fmt.Sprintf("%s could not send to it: %s", e.node.name, e.reason))
 		}
 	case evReturned:

@@ -60,7 +60,7 @@ const childSlack = 3
 func (r *Relay) newChild(name string, c net.Conn, paced bool) (*relayChild, error) {
 	ch := &relayChild{name: name, conn: c, jobs: make(chan childJob, childSlack+1), tokens: make(chan struct{}, childSlack), slack: childSlack, done: make(chan struct{}), r: r}
 	if paced {
-		s, err := newSpool(r.spoolDir, c)
+		s, err := newSpool(r.spoolDir, r.spoolLimit, c)
 		if err != nil {
 			return nil, err
 		}

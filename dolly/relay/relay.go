@@ -53,10 +53,11 @@ type Relay struct {
 	stopped chan struct{} // closed when Run returns
 	// delivered is closed once the stream has ended and every child had
 	// it; late counts children attached afterwards that are still served.
-	delivered chan struct{}
-	late      sync.WaitGroup
-	serveLate bool   // see Config.ServeLate
-	spoolDir  string // see Config.SpoolDir
+	delivered  chan struct{}
+	late       sync.WaitGroup
+	serveLate  bool   // see Config.ServeLate
+	spoolDir   string // see Config.SpoolDir
+	spoolLimit int64  // see Config.SpoolLimit
 
 	mu    sync.Mutex
 	up    Upstream // the current upstream, to wake the loop on a request
@@ -122,6 +123,9 @@ type Config struct {
 	// SpoolDir is where paced children's spools go (see AttachPaced); the
 	// system's temporary directory if empty.
 	SpoolDir string
+	// SpoolLimit bounds what one paced child may lag behind, in bytes;
+	// 0: half the room on the spool's file system when it is made.
+	SpoolLimit int64
 }
 
 // New makes a relay with no upstream and no children yet.
@@ -132,18 +136,19 @@ func New(cfg Config) (*Relay, error) {
 	}
 	setPipeSize(lw, pipeSize)
 	r := &Relay{
-		hist:      newHistory(historySize),
-		localR:    lr,
-		localW:    lw,
-		zeroCopy:  !cfg.NoSplice && spliceSupported,
-		serveLate: cfg.ServeLate,
-		spoolDir:  cfg.SpoolDir,
-		reqs:      make(chan relayRequest),
-		given:     make(chan struct{}, 1),
-		events:    make(chan Event, 64),
-		stopped:   make(chan struct{}),
-		delivered: make(chan struct{}),
-		named:     map[string]*relayChild{},
+		hist:       newHistory(historySize),
+		localR:     lr,
+		localW:     lw,
+		zeroCopy:   !cfg.NoSplice && spliceSupported,
+		serveLate:  cfg.ServeLate,
+		spoolDir:   cfg.SpoolDir,
+		spoolLimit: cfg.SpoolLimit,
+		reqs:       make(chan relayRequest),
+		given:      make(chan struct{}, 1),
+		events:     make(chan Event, 64),
+		stopped:    make(chan struct{}),
+		delivered:  make(chan struct{}),
+		named:      map[string]*relayChild{},
 
 		deliveryStall: cmp.Or(cfg.DeliveryStall, defaultDeliveryStall),
 	}

@@ -194,6 +194,9 @@ func (r *Relay) sendSplice(ch *relayChild, j childJob) error {
 // spliceToSpool moves exactly n bytes from a pipe to the end of a paced
 // child's spool, then appends extra.
 func spliceToSpool(s *spool, pipeR, n int, extra []byte) error {
+	if err := s.room(n); err != nil {
+		return err
+	}
 	fd := int(s.w.Fd())
 	for n > 0 {
 		k, err := unix.Splice(pipeR, nil, fd, nil, n, unix.SPLICE_F_MOVE)
@@ -211,6 +214,15 @@ func spliceToSpool(s *spool, pipeR, n int, extra []byte) error {
 		return err
 	}
 	return nil
+}
+
+// freeSpace is the room left on f's file system, 0 if unknown.
+func freeSpace(f *os.File) int64 {
+	var st unix.Statfs_t
+	if unix.Fstatfs(int(f.Fd()), &st) != nil {
+		return 0
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
 }
 
 // punchHole gives the file system back the room of f's first n bytes.

@@ -20,6 +20,11 @@ type spool struct {
 	r    *os.File // the sender's side: its own offset, read with sendfile
 	conn net.Conn
 
+	// limit bounds what the child may have yet to take: half the room
+	// the spool's file system had when it was made (RAM, in the netboot
+	// image), so that the node and the others' spools keep theirs.
+	limit int64
+
 	mu     sync.Mutex
 	cond   *sync.Cond
 	end    int64 // bytes written
@@ -35,8 +40,9 @@ type spool struct {
 const punchEvery = 8 << 20
 
 // newSpool makes a spool in dir (the system's temporary directory if
-// empty) and starts sending it to c.
-func newSpool(dir string, c net.Conn) (*spool, error) {
+// empty), holding at most limit bytes the child has yet to take (0: half
+// the room on dir's file system), and starts sending it to c.
+func newSpool(dir string, limit int64, c net.Conn) (*spool, error) {
 	w, err := os.CreateTemp(dir, ".dolly-spool-*")
 	if err != nil {
 		return nil, fmt.Errorf("spool for a paced child: %w", err)
@@ -47,14 +53,32 @@ func newSpool(dir string, c net.Conn) (*spool, error) {
 		w.Close()
 		return nil, fmt.Errorf("spool for a paced child: %w", err)
 	}
-	s := &spool{w: w, r: r, conn: c, sentAll: make(chan struct{})}
+	if limit <= 0 {
+		limit = freeSpace(w) / 2
+	}
+	s := &spool{w: w, r: r, conn: c, sentAll: make(chan struct{}), limit: limit}
 	s.cond = sync.NewCond(&s.mu)
 	go s.send()
 	return s, nil
 }
 
+// room reports an error if n more bytes would take the child's backlog
+// past the spool's limit.
+func (s *spool) room(n int) error {
+	if s.limit <= 0 {
+		return nil
+	}
+	if b := s.backlog() + int64(n); b > s.limit {
+		return fmt.Errorf("spool full: the child lags %d bytes behind, this node keeps at most %d for it", b, s.limit)
+	}
+	return nil
+}
+
 // Write appends p for the child.
 func (s *spool) Write(p []byte) (int, error) {
+	if err := s.room(len(p)); err != nil {
+		return 0, err
+	}
 	n, err := s.w.Write(p)
 	s.wrote(int64(n))
 	if err != nil {

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -140,4 +142,33 @@ func TestHeldNamesTheChildThatHoldsBack(t *testing.T) {
 	expect(t, "the eager child", eager, data)
 	expect(t, "the lazy child", lazy, data)
 	h.wait()
+}
+
+// A paced child that lags more than the spool holds is dropped, and said
+// lost: the others go on.
+func TestPacedChildPastTheSpoolIsLost(t *testing.T) {
+	data := randomBytes(historySize+(16<<20), 29)
+	for mode, noSplice := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			h := startRelayWith(t, Config{NoSplice: noSplice, SpoolDir: t.TempDir(), SpoolLimit: 4 << 20}, len(data))
+			good, _ := h.child("good", 0)
+			a, _ := tcpPair(t) // its other end never reads
+			if err := h.r.AttachPaced(h.ctx, "laggard", a, 0); err != nil {
+				t.Fatal(err)
+			}
+			up, _ := h.upstream()
+			go func() { up.Write(data); up.CloseWrite() }()
+			expect(t, "the other child", good, data)
+			expect(t, "the local copy", h.local, data)
+			select {
+			case ev := <-h.r.Events():
+				if ev.Kind != ChildLost || ev.Name != "laggard" || !strings.Contains(fmt.Sprint(ev.Err), "spool full") {
+					t.Fatalf("event %+v, want laggard lost to a full spool", ev)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("no event for the laggard")
+			}
+			h.wait()
+		})
+	}
 }
