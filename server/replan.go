@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -159,10 +158,6 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, error) {
 	rp := Replan{At: now.Sub(w.start), From: w.plan.Name(), To: w.plan.Name(), Measured: r.slowest}
 	s.mu.Lock()
-	if s.tree.servesApart() {
-		s.mu.Unlock()
-		return rp, nil, errors.New("nodes are served apart: the plan stays to the end")
-	}
 	tree, nodes := s.tree.shape()
 	var remaining int64
 	for _, n := range nodes {

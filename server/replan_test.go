@@ -55,7 +55,7 @@ func TestReshapeRefusesAPlanOfOtherNodes(t *testing.T) {
 		t.Error("a plan of 2 of the tree's 3 nodes was taken")
 	}
 	stranger := &nodeState{name: "x"}
-	if _, err := tree.reshape(capacity.Chain(3), []*nodeState{byName["n1"], byName["n2"], stranger}); err == nil || !strings.Contains(err.Error(), "x is not in the tree") {
+	if _, err := tree.reshape(capacity.Chain(3), []*nodeState{byName["n1"], byName["n2"], stranger}); err == nil || !strings.Contains(err.Error(), "x is not in the plan's tree") {
 		t.Errorf("a plan with a node not in the tree: %v", err)
 	}
 	if got := tree.String(); got != before {
@@ -172,5 +172,29 @@ func TestFullLinksLeavesDiskBoundChildrenOut(t *testing.T) {
 		if got := len(fullLinks(tree, r, disk)) > 0; got != tc.full {
 			t.Errorf("children writing 3 MB/s to disks of %.0f MB/s: source link full %v, want %v", tc.disk/1e6, got, tc.full)
 		}
+	}
+}
+
+// A re-plan reshapes the plan's nodes only: a node served apart stays with
+// the node that serves it, at its pace, and is not rewired.
+func TestReshapeKeepsNodesServedApart(t *testing.T) {
+	tree, by := testTree(t, -1, 0, 1, 2)
+	tree.addPaced(tree.at[by["n3"]], &nodeState{name: "n4"})
+	planned, nodes := tree.shape()
+	if planned.Nodes() != 3 {
+		t.Fatalf("the plan's shape has %d nodes, want 3 (n4 is apart)", planned.Nodes())
+	}
+	r, err := tree.reshape(capacity.Star(3), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tree.String(), "source(n1 n2 n3(n4))"; got != want {
+		t.Errorf("tree %s, want %s", got, want)
+	}
+	if got, want := r.String(), "-n1→n2 -n2→n3 +source→n2 +source→n3"; got != want {
+		t.Errorf("rewiring %q, want %q", got, want)
+	}
+	if !tree.paced(tree.at[by["n3"]].children[0].node) {
+		t.Error("n4 is no longer served at its pace")
 	}
 }

@@ -165,11 +165,6 @@ func (t *castTree) moveApart(c *nodeState, serves func(*nodeState) bool) (r rewi
 	return r, leaf, true
 }
 
-// servesApart reports whether any node in the tree is served apart.
-func (t *castTree) servesApart() bool {
-	return slices.ContainsFunc(t.members(), func(v *vertex) bool { return v.paced })
-}
-
 // link makes up the upstream of v, a vertex not in the tree.
 func (t *castTree) link(up, v *vertex) {
 	v.place, v.parent = inTree, up
@@ -328,10 +323,29 @@ func (t *castTree) members() []*vertex {
 	return out
 }
 
-// shape is the tree as the capacity model takes it: vertex 0 the source,
-// the others in the order of members, each with its parent.
+// planned lists the nodes the plan runs on, parents before their
+// children: the tree but the nodes served apart and those behind them.
+func (t *castTree) planned() []*vertex {
+	var out []*vertex
+	queue := []*vertex{t.root}
+	for len(queue) > 0 {
+		u := queue[0]
+		queue = queue[1:]
+		for _, c := range u.children {
+			if !c.paced {
+				out = append(out, c)
+				queue = append(queue, c)
+			}
+		}
+	}
+	return out
+}
+
+// shape is the plan's tree as the capacity model takes it: vertex 0 the
+// source, the others in the order of planned, each with its parent. Nodes
+// served apart are not in it.
 func (t *castTree) shape() (capacity.Tree, []*nodeState) {
-	vs := t.members()
+	vs := t.planned()
 	index := map[*vertex]int{t.root: 0}
 	parent := []int{-1}
 	nodes := make([]*nodeState, 0, len(vs))
@@ -344,26 +358,27 @@ func (t *castTree) shape() (capacity.Tree, []*nodeState) {
 	return tree, nodes
 }
 
-// reshape lays the tree out anew as plan: its vertex 0 is the source,
-// vertex v is nodes[v-1], and nodes must be exactly the nodes in the tree.
-// Each node whose upstream changes has its old link cut and its new one
-// added; the others keep theirs.
+// reshape lays the plan's tree out anew as plan: its vertex 0 is the
+// source, vertex v is nodes[v-1], and nodes must be exactly the nodes of
+// planned. Each node whose upstream changes has its old link cut and its
+// new one added; the others keep theirs, and nodes served apart stay with
+// the node that serves them.
 func (t *castTree) reshape(plan capacity.Tree, nodes []*nodeState) (rewiring, error) {
-	if len(nodes) != len(t.members()) || len(plan.Parent) != len(nodes)+1 {
-		return rewiring{}, fmt.Errorf("the new plan has %d nodes, the tree %d", len(plan.Parent)-1, len(t.members()))
+	if n := len(t.planned()); len(nodes) != n || len(plan.Parent) != len(nodes)+1 {
+		return rewiring{}, fmt.Errorf("the new plan has %d nodes, the tree %d", len(plan.Parent)-1, n)
 	}
 	vs := make([]*vertex, len(plan.Parent))
 	vs[0] = t.root
 	was := map[*vertex]*vertex{}
 	for v := 1; v < len(vs); v++ {
 		x := t.at[nodes[v-1]]
-		if x == nil || x.place != inTree {
-			return rewiring{}, fmt.Errorf("%s is not in the tree", nodes[v-1].name)
+		if x == nil || x.place != inTree || x.paced {
+			return rewiring{}, fmt.Errorf("%s is not in the plan's tree", nodes[v-1].name)
 		}
 		vs[v], was[x] = x, x.parent
 	}
 	for _, v := range vs {
-		v.children = nil
+		v.children = slices.DeleteFunc(v.children, func(c *vertex) bool { return !c.paced })
 	}
 	var r rewiring
 	for v := 1; v < len(vs); v++ {
