@@ -310,29 +310,25 @@ func (r rewiring) fed() []*nodeState {
 
 // members lists the nodes in the tree, parents before their children.
 func (t *castTree) members() []*vertex {
-	var out []*vertex
-	queue := []*vertex{t.root}
-	for len(queue) > 0 {
-		u := queue[0]
-		queue = queue[1:]
-		for _, c := range u.children {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
+	return t.below(func(*vertex) bool { return true })
 }
 
 // planned lists the nodes the plan runs on, parents before their
 // children: the tree but the nodes served apart and those behind them.
 func (t *castTree) planned() []*vertex {
+	return t.below(func(v *vertex) bool { return !v.paced })
+}
+
+// below lists the nodes reached from the source through nodes that keep
+// holds for, breadth first.
+func (t *castTree) below(keep func(*vertex) bool) []*vertex {
 	var out []*vertex
 	queue := []*vertex{t.root}
 	for len(queue) > 0 {
 		u := queue[0]
 		queue = queue[1:]
 		for _, c := range u.children {
-			if !c.paced {
+			if keep(c) {
 				out = append(out, c)
 				queue = append(queue, c)
 			}
