@@ -12,18 +12,19 @@ import (
 // Preview ranks every plan for a topology file without casting. With an
 // image, its size, zero runs and compressibility replace the file's
 // figures: compressed images are scanned (which proves them whole) and raw
-// ones sampled.
-func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSize int) ([]capacity.Result, error) {
+// ones sampled. The notes say which nodes a cast would serve apart (see
+// serveApart).
+func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSize int) ([]capacity.Result, []string, error) {
 	t := *topo
 	if image != "" {
 		im, err := imaging.OpenImage(image)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer im.Close()
 		p, err := probe.Image(ctx, im, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opt := Options(p, frameSize)
 		opt.Startup, opt.MaxFanout, opt.Explicit = t.Options.Startup, t.Options.MaxFanout, t.Options.Explicit
@@ -33,7 +34,23 @@ func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSi
 	}
 	results, err := t.Rank()
 	if err != nil {
-		return nil, fmt.Errorf("topology %s: %w", topo.Name, err)
+		return nil, nil, fmt.Errorf("topology %s: %w", topo.Name, err)
 	}
-	return results, nil
+	return results, apartNotes(t), nil
+}
+
+// apartNotes says which nodes of t a cast would serve apart, and how.
+func apartNotes(t capacity.Topology) []string {
+	choose := func(net capacity.Network) (Choice, error) {
+		return Choose(net, t.Options, "", 0, CompressAuto, imaging.Raw)
+	}
+	ch, err := choose(t.Network)
+	if err != nil || !ch.Modeled {
+		return nil
+	}
+	ch = serveApart(t.Network, t.Options, ch, choose)
+	if len(ch.Apart) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("in a cast (%s): %s", planName(ch.Result), ch.Notes[len(ch.Notes)-1])}
 }

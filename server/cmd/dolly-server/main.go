@@ -261,7 +261,7 @@ func run() int {
 
 // runPreview prints the model's view of every plan and casts nothing.
 func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, output string) int {
-	results, err := server.Preview(ctx, topo, image, frameSize)
+	results, notes, err := server.Preview(ctx, topo, image, frameSize)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return 1
@@ -282,5 +282,8 @@ func runPreview(ctx context.Context, topo *capacity.Topology, image string, fram
 	}
 	fmt.Printf("capacity model for %s: predicted rate of each plan (MB/s of image, 10^6 B/s), best first\n", name)
 	fmt.Print(capacity.FormatPreview(rows))
+	for _, n := range notes {
+		fmt.Printf("  note: %s\n", n)
+	}
 	return 0
 }
