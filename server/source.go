@@ -213,7 +213,11 @@ func encode(ctx context.Context, enc *stream.Encoder, w io.Writer, rate float64,
 func (src *source) attach(ctx context.Context, n *nodeState) error {
 	if src.s.peer(n).Paced {
 		// A node served apart must never hold the others back: it gets a
-		// stream of its own once the source's link is free.
+		// stream of its own once the source's link is free, and is not
+		// stalled while it waits.
+		src.s.mu.Lock()
+		n.waiting = true
+		src.s.mu.Unlock()
 		if err := src.feed.relay.Drained(ctx); err != nil {
 			return err
 		}
