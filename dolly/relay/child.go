@@ -178,7 +178,7 @@ func (ch *relayChild) finish(clean bool) {
 			// however long that takes; cutting the child (Detach, the
 			// relay's end) closes its connection and ends the wait.
 			s.close()
-			if err := s.wait(context.Background()); err != nil && clean && !ch.dead.Load() {
+			if err := s.wait(); err != nil && clean && !ch.dead.Load() {
 				ch.err = fmt.Errorf("sending to %s: %w", ch.name, err)
 				ch.dead.Store(true)
 			}

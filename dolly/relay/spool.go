@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -149,13 +148,9 @@ func (s *spool) close() {
 
 // wait waits until the sender has sent everything written (after close)
 // or failed.
-func (s *spool) wait(ctx context.Context) error {
-	select {
-	case <-s.sentAll:
-		return s.failed()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+func (s *spool) wait() error {
+	<-s.sentAll
+	return s.failed()
 }
 
 // release closes the spool's file; the sender must have returned, or the
