@@ -64,6 +64,27 @@ func (d *Digester) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteCRC feeds the next bytes p, whose CRC-32C (crc) is already known,
+// as a verified frame's is. The digest reuses that CRC rather than read p
+// again; only the part of p before a block boundary is read, to split it.
+func (d *Digester) WriteCRC(p []byte, crc uint32) {
+	for len(p) > 0 {
+		if d.fill+len(p) <= DigestBlock {
+			d.crc = CRC32CCombine(d.crc, crc, int64(len(p)))
+			d.advance(len(p))
+			return
+		}
+		// p = head‖rest, head ending the current block: crc(rest) follows
+		// from crc(p) and crc(head).
+		head, rest := p[:DigestBlock-d.fill], p[DigestBlock-d.fill:]
+		crcHead := CRC32C(head)
+		crc ^= crcShift(crcHead, int64(len(rest)))
+		d.crc = CRC32CCombine(d.crc, crcHead, int64(len(head)))
+		d.advance(len(head))
+		p = rest
+	}
+}
+
 // WriteZeros feeds n zero bytes without touching memory for whole blocks.
 func (d *Digester) WriteZeros(n int64) {
 	for n > 0 {

@@ -69,19 +69,29 @@ func TestDigestIndependentOfChunking(t *testing.T) {
 	whole.Write(img)
 	want := whole.Sum()
 
+	// Chunks of any length, fed as bytes, as zeros, or as bytes with their
+	// CRC (which the digest reuses), give the same digest.
 	r := rand.New(rand.NewPCG(2, 2))
 	chunked := NewDigester()
 	for p := img; len(p) > 0; {
 		k := min(len(p), 1+r.IntN(3<<20))
-		if IsZero(p[:k]) {
+		switch {
+		case IsZero(p[:k]):
 			chunked.WriteZeros(int64(k))
-		} else {
+		case r.IntN(2) == 0:
+			chunked.WriteCRC(p[:k], CRC32C(p[:k]))
+		default:
 			chunked.Write(p[:k])
 		}
 		p = p[k:]
 	}
 	if got := chunked.Sum(); got != want {
 		t.Fatalf("chunked digest %s != whole digest %s", got, want)
+	}
+	wrong := NewDigester()
+	wrong.WriteCRC(img, CRC32C(img)^1)
+	if wrong.Sum() == want {
+		t.Fatal("a wrong CRC given with the bytes did not change the digest")
 	}
 
 	img[len(img)/2] ^= 1

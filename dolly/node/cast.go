@@ -9,6 +9,7 @@ import (
 
 	"dolly/dolly/castkey"
 	"dolly/dolly/control"
+	"dolly/dolly/probe"
 	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 	"dolly/imaging"
@@ -51,6 +52,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	stopProgress := n.reportProgress()
 	defer stopProgress()
 	n.log.Info("casting", "upstream", a.Upstream, "children", len(a.Children), "zero_copy", r.ZeroCopy())
+	cpuAtStart := probe.ProcessCPU()
 
 	var verdict *control.Result
 	var diskErr error
@@ -84,6 +86,9 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 			return n.result(), ctx.Err()
 		}
 	}
+	// The data path's own cost, without joining and probing: what a
+	// relay costs per byte.
+	n.log.Info("stream done", "cpu", (probe.ProcessCPU() - cpuAtStart).Round(time.Millisecond))
 	res := n.result()
 	if diskErr != nil {
 		return res, diskErr

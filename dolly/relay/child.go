@@ -227,7 +227,7 @@ func (r *Relay) distributeCopy(n int) error {
 		}
 		ch.jobs <- j
 	}
-	if _, err := r.localW.Write(data); err != nil {
+	if err := r.hist.write(data); err != nil {
 		return fmt.Errorf("relay: local copy: %w", err)
 	}
 	return nil

@@ -1,8 +1,8 @@
 package relay
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -11,15 +11,18 @@ import (
 // history keeps the most recent stream bytes a node has received, so that
 // when a node further down dies, its children can resume from this node
 // where they left off instead of from the start. Bytes enter at the end
-// (fill, from the relay's local copy) and are read once by the node's own
-// frame reader (Read); bytes already read stay until space is needed,
+// (put, as the relay receives them) and are read once by the node's own
+// frame reader (Lend, Read); bytes already read stay until space is needed,
 // unless a catch-up still holds them.
 //
 // Offsets are stream offsets: bytes after the stream header.
 type history struct {
 	mu   sync.Mutex
 	cond *sync.Cond
-	buf  []byte
+	// readable wakes the reader, only once the bytes it waits for are
+	// here: a loan of a frame then costs one wake-up, not one per round.
+	readable *sync.Cond
+	buf      []byte
 	// [start, end) are the bytes kept; read is where Read continues.
 	start, end, read int64
 	holds            map[*int64]struct{} // offsets catch-ups still need
@@ -27,6 +30,11 @@ type history struct {
 	skipReads        bool                // the reader gave up: reading costs nothing
 	ended            bool                // the reader verified the end frame
 	waiting          bool                // the reader waits for bytes not yet here
+	need             int64               // the offset a waiting reader needs bytes up to
+	// lent is the first byte lent to the reader and still in use (-1:
+	// none); see Lend.
+	lent  int64
+	spare []byte // for a loan that cannot be made in place
 }
 
 // historySize is how far back a node can serve a child that lost its
@@ -34,14 +42,18 @@ type history struct {
 const historySize = 32 << 20
 
 func newHistory(size int) *history {
-	h := &history{buf: make([]byte, size), holds: map[*int64]struct{}{}}
+	h := &history{buf: make([]byte, size), holds: map[*int64]struct{}{}, lent: -1}
 	h.cond = sync.NewCond(&h.mu)
+	h.readable = sync.NewCond(&h.mu)
 	return h
 }
 
 // floor is the oldest offset that must be kept. Called with mu held.
 func (h *history) floor() int64 {
 	f := h.read
+	if h.lent >= 0 {
+		f = h.lent
+	}
 	if h.skipReads {
 		f = h.end
 	}
@@ -51,54 +63,68 @@ func (h *history) floor() int64 {
 	return f
 }
 
-// fill copies src into the history until src ends; it waits while the
-// history is full of bytes still needed. It returns src's error (nil at
-// EOF) and ends the history with it.
-func (h *history) fill(src io.Reader) error {
+// put appends the next stream bytes: read fills the slice it is given,
+// at most limit bytes where the history has room, and says how many it
+// filled. put waits while the history is full of bytes still needed.
+func (h *history) put(limit int, read func([]byte) (int, error)) (int, error) {
 	size := int64(len(h.buf))
-	for {
-		h.mu.Lock()
-		for h.end-h.floor() >= size && h.err == nil {
-			h.cond.Wait()
-		}
-		if h.err != nil {
-			h.mu.Unlock()
-			return nil
-		}
-		// The next bytes go at the end, up to where the buffer wraps,
-		// over bytes no one needs any more: give those up first.
-		at := h.end % size
-		k := min(size-(h.end-h.floor()), size-at)
-		h.start = max(h.start, h.end+k-size)
+	h.mu.Lock()
+	for h.end-h.floor() >= size && h.err == nil {
+		h.cond.Wait()
+	}
+	if h.err != nil {
 		h.mu.Unlock()
+		return 0, fmt.Errorf("history already ended: %w", h.err)
+	}
+	// The next bytes go at the end, up to where the buffer wraps, over
+	// bytes no one needs any more: give those up first.
+	at := h.end % size
+	k := min(size-(h.end-h.floor()), size-at, int64(limit))
+	h.start = max(h.start, h.end+k-size)
+	h.mu.Unlock()
 
-		n, err := src.Read(h.buf[at : at+k])
+	n, err := read(h.buf[at : at+k])
 
-		h.mu.Lock()
-		h.end += int64(n)
-		if err != nil {
-			h.err = err
-		}
-		h.cond.Broadcast()
-		h.mu.Unlock()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+	h.mu.Lock()
+	h.end += int64(n)
+	h.cond.Broadcast()
+	if h.waiting && h.end >= h.need {
+		h.readable.Signal()
+	}
+	h.mu.Unlock()
+	return n, err
+}
+
+// write appends p.
+func (h *history) write(p []byte) error {
+	for len(p) > 0 {
+		n, err := h.put(len(p), func(b []byte) (int, error) { return copy(b, p), nil })
 		if err != nil {
 			return err
 		}
+		p = p[n:]
 	}
+	return nil
+}
+
+// close ends the stream the history holds: err says how (nil: cleanly).
+func (h *history) close(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		h.err = cmp.Or(err, io.EOF)
+	}
+	h.cond.Broadcast()
+	h.readable.Broadcast()
 }
 
 // Read reads the next bytes for the node's frame reader.
 func (h *history) Read(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.lent = -1
 	for h.read == h.end && h.err == nil {
-		h.waiting = true
-		h.cond.Broadcast()
-		h.cond.Wait()
-		h.waiting = false
+		h.wait(h.read + 1)
 	}
 	if h.read == h.end {
 		return 0, h.err
@@ -107,6 +133,47 @@ func (h *history) Read(p []byte) (int, error) {
 	h.read += int64(n)
 	h.cond.Broadcast()
 	return n, nil
+}
+
+// Lend returns the next n bytes for the node's frame reader where they lie
+// in the history, without copying them, and keeps them until the next Read
+// or Lend. Bytes that wrap around the end of the history are copied.
+func (h *history) Lend(n int) ([]byte, error) {
+	h.mu.Lock()
+	h.lent = -1
+	size := int64(len(h.buf))
+	at := h.read % size
+	if int64(n) > size/2 || at+int64(n) > size {
+		h.mu.Unlock()
+		if cap(h.spare) < n {
+			h.spare = make([]byte, n)
+		}
+		b := h.spare[:n]
+		_, err := io.ReadFull(h, b)
+		return b, err
+	}
+	defer h.mu.Unlock()
+	for h.end-h.read < int64(n) && h.err == nil {
+		h.wait(h.read + int64(n))
+	}
+	if h.end-h.read < int64(n) {
+		if h.err == io.EOF {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, h.err
+	}
+	h.lent = h.read
+	h.read += int64(n)
+	h.cond.Broadcast()
+	return h.buf[at : at+int64(n)], nil
+}
+
+// wait waits, as the reader, for bytes up to need. Called with mu held.
+func (h *history) wait(need int64) {
+	h.waiting, h.need = true, need
+	h.cond.Broadcast() // for waitSettled
+	h.readable.Wait()
+	h.waiting = false
 }
 
 // copyOut copies bytes from offset off into p, up to the end or the wrap.
@@ -148,7 +215,7 @@ func (h *history) waitSettled(ctx context.Context, pos int64) bool {
 	defer stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for !h.ended && !(h.end >= pos && (h.skipReads || (h.waiting && h.read >= pos))) && ctx.Err() == nil {
+	for !h.ended && !(h.end >= pos && (h.skipReads || (h.waiting && h.need > pos))) && ctx.Err() == nil {
 		h.cond.Wait()
 	}
 	return h.ended

@@ -2,8 +2,10 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"testing/iotest"
 )
@@ -11,7 +13,7 @@ import (
 func TestHistoryPassesEverythingThrough(t *testing.T) {
 	data := randomBytes(5<<20+77, 9)
 	h := newHistory(64 << 10)
-	go h.fill(iotest.HalfReader(bytes.NewReader(data)))
+	go fill(h, iotest.HalfReader(bytes.NewReader(data)))
 	got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(h, 100)))
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func TestHistoryServesRecentBytes(t *testing.T) {
 	const size = 1 << 20
 	h := newHistory(size)
 	done := make(chan error, 1)
-	go func() { done <- h.fill(bytes.NewReader(data)) }()
+	go func() { done <- fill(h, bytes.NewReader(data)) }()
 	// Read 2 MiB; the history then holds the last 1 MiB of what was read
 	// (and what was filled beyond it).
 	if _, err := io.ReadFull(h, make([]byte, 2<<20)); err != nil {
@@ -78,7 +80,7 @@ func TestHistoryHoldBlocksFilling(t *testing.T) {
 		t.Fatal("offset 0 not held at the start")
 	}
 	filled := make(chan struct{})
-	go func() { h.fill(src); close(filled) }()
+	go func() { fill(h, src); close(filled) }()
 	go io.Copy(io.Discard, h)
 	if err := h.waitEnd(1 << 16); err != nil {
 		t.Fatal(err)
@@ -99,3 +101,73 @@ func TestHistoryHoldBlocksFilling(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// Loans of any size, in place or across the wrap, hand the reader the
+// stream as it was filled, and what was lent stays intact until the next
+// loan even while filling goes on.
+func TestHistoryLendsTheStreamInPlace(t *testing.T) {
+	data := randomBytes(1<<20+5, 11)
+	const size = 256 << 10
+	for _, loan := range []int{1, 1000, 64 << 10, size / 2, size/2 + 1, size} {
+		h := newHistory(size)
+		go fill(h, iotest.HalfReader(bytes.NewReader(data)))
+		var got []byte
+		for len(got) < len(data) {
+			b, err := h.Lend(min(loan, len(data)-len(got)))
+			if err != nil {
+				t.Fatalf("loans of %d: after %d bytes: %v", loan, len(got), err)
+			}
+			want := data[len(got) : len(got)+len(b)]
+			if !bytes.Equal(b, want) {
+				t.Fatalf("loans of %d: the loan at %d is not the stream's bytes", loan, len(got))
+			}
+			// Filling runs on meanwhile; the loan must still hold.
+			runtime.Gosched()
+			if !bytes.Equal(b, want) {
+				t.Fatalf("loans of %d: the loan at %d was overwritten before the next", loan, len(got))
+			}
+			got = append(got, b...)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("loans of %d: the reader did not get the stream", loan)
+		}
+	}
+}
+
+// A loan that the stream ends in the middle of is a truncation, and the
+// relay learns that the reader has taken all it could.
+func TestHistoryLoanCutShort(t *testing.T) {
+	h := newHistory(1 << 20)
+	go fill(h, bytes.NewReader(randomBytes(1000, 12)))
+	if _, err := h.Lend(600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Lend(600); err != io.ErrUnexpectedEOF {
+		t.Fatalf("loan past the end: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	h2 := newHistory(1 << 20)
+	pr, pw := io.Pipe()
+	go fill(h2, pr)
+	pw.Write(randomBytes(1000, 13))
+	go h2.Lend(1200) // waits for bytes the upstream never sends
+	if h2.waitSettled(context.Background(), 1000) {
+		t.Fatal("a stream cut short inside a frame was taken as complete")
+	}
+	pw.Close()
+}
+
+// fill puts everything src yields into h and then ends it, as a relay does
+// with its stream.
+func fill(h *history, src io.Reader) error {
+	for {
+		_, err := h.put(1<<20, src.Read)
+		if err == io.EOF {
+			h.close(nil)
+			return nil
+		}
+		if err != nil {
+			h.close(err)
+			return err
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -33,9 +32,7 @@ import (
 // all of it (Drained); the relay has *stopped* once Run has returned. A
 // child is *finished* once its connection was half-closed or closed.
 type Relay struct {
-	hist     *history
-	localR   *os.File // the node's copy, filled into hist
-	localW   *os.File
+	hist     *history // the node's copy of the stream
 	zeroCopy bool
 	// teeLimit, when set, caps each tee so tests can exercise the
 	// short-tee path that the kernel takes only rarely.
@@ -130,15 +127,8 @@ type Config struct {
 
 // New makes a relay with no upstream and no children yet.
 func New(cfg Config) (*Relay, error) {
-	lr, lw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	setPipeSize(lw, pipeSize)
 	r := &Relay{
 		hist:       newHistory(historySize),
-		localR:     lr,
-		localW:     lw,
 		zeroCopy:   !cfg.NoSplice && spliceSupported,
 		serveLate:  cfg.ServeLate,
 		spoolDir:   cfg.SpoolDir,
@@ -153,9 +143,8 @@ func New(cfg Config) (*Relay, error) {
 		deliveryStall: cmp.Or(cfg.DeliveryStall, defaultDeliveryStall),
 	}
 	if r.zeroCopy {
+		var err error
 		if r.sp, err = newSpliceState(); err != nil {
-			lr.Close()
-			lw.Close()
 			return nil, err
 		}
 	}
@@ -220,8 +209,6 @@ func (r *Relay) Drained(ctx context.Context) error {
 // return their connections are closed.
 func (r *Relay) Run(ctx context.Context) (err error) {
 	defer close(r.stopped)
-	fillDone := make(chan error, 1)
-	go func() { fillDone <- r.hist.fill(r.localR) }()
 	defer func() {
 		r.mu.Lock()
 		if r.up != nil {
@@ -232,9 +219,7 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 		for _, ch := range r.children {
 			ch.finish(clean)
 		}
-		r.localW.Close()
-		<-fillDone
-		r.localR.Close()
+		r.hist.close(nil)
 		if r.sp != nil {
 			r.sp.close()
 		}

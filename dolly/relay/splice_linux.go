@@ -10,10 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// On Linux the relay moves the stream through kernel pipes only:
+// On Linux the relay moves the stream through kernel pipes; the node's own
+// copy is the one time its bytes are copied (the frame reader then reads
+// them in place):
 //
 //	upstream ──splice──▶ in ──tee──▶ child pipe ──splice──▶ child socket (one per child)
-//	                      └──splice (move)──▶ local pipe ──read──▶ history
+//	                      └──read──▶ history
 //
 // tee(2) always copies from the head of the pipe, so a partial tee cannot be
 // resumed: a child pipe must have room for a whole round. A round fills at
@@ -24,12 +26,6 @@ import (
 // that child from user space.
 
 const spliceSupported = true
-
-func setPipeSize(f *os.File, size int) {
-	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size) })
-	}
-}
 
 type rawPipe struct{ r, w int }
 
@@ -56,8 +52,8 @@ func (p rawPipe) close() {
 // spliceState is the relay's inbound pipe.
 type spliceState struct {
 	in     rawPipe
-	inSize int // what one round moves at most
-	local  syscall.RawConn
+	inSize int      // what one round moves at most
+	lowFor Upstream // the upstream whose wake-up size was set
 }
 
 // inPipeSize is the inbound pipe's capacity: what one round moves at most.
@@ -96,6 +92,14 @@ func (r *Relay) spliceRound(up Upstream) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if up != r.sp.lowFor {
+		// Wake for a whole round, not for every few packets: a round's
+		// syscalls and wake-ups then carry 256 KiB (7% less CPU per GB on
+		// loopback). It delays each hop by a round's time on the wire,
+		// 21 ms at 100 Mbit/s. A pipe (the source's) has no such option.
+		r.sp.lowFor = up
+		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, r.sp.inSize) })
+	}
 	n, err := spliceIn(rc, r.sp.in.w, r.sp.inSize)
 	if err == nil && n == 0 {
 		err = errEOF
@@ -105,16 +109,9 @@ func (r *Relay) spliceRound(up Upstream) (int, error) {
 
 var errEOF = errors.New("upstream closed")
 
-// distributeSplice tees the round to every child and moves it to the
-// local pipe.
+// distributeSplice tees the round to every child and reads it into the
+// history.
 func (r *Relay) distributeSplice(n int) error {
-	if r.sp.local == nil {
-		rc, err := r.localW.SyscallConn()
-		if err != nil {
-			return err
-		}
-		r.sp.local = rc
-	}
 	var short []*relayChild
 	teed := make([]int, len(r.children))
 	for i, ch := range r.children {
@@ -151,13 +148,22 @@ func (r *Relay) distributeSplice(n int) error {
 		ch.jobs <- j
 	}
 	if data != nil {
-		if _, err := r.localW.Write(data); err != nil {
+		if err := r.hist.write(data); err != nil {
 			return fmt.Errorf("relay: local copy: %w", err)
 		}
 		return nil
 	}
-	if err := moveOut(r.sp.local, r.sp.in.r, n); err != nil {
-		return fmt.Errorf("relay: local copy: %w", err)
+	// The round, teed to every child, is still in the inbound pipe: read
+	// it straight into the history, the node's one copy of it.
+	for n > 0 {
+		k, err := r.hist.put(n, func(p []byte) (int, error) { return unix.Read(r.sp.in.r, p) })
+		if err != nil {
+			return fmt.Errorf("relay: local copy: %w", err)
+		}
+		if k == 0 {
+			return errors.New("relay: local copy: inbound pipe ended early")
+		}
+		n -= k
 	}
 	return nil
 }

@@ -9,8 +9,6 @@ import (
 
 const spliceSupported = false
 
-func setPipeSize(*os.File, int) {}
-
 // Without splice the relay copies; these are never reached.
 
 type rawPipe struct{ r, w int }

@@ -291,6 +291,23 @@ func (fr *FrameReader) limit() int64 {
 	return fr.h.StreamSize
 }
 
+// A Lender lends the next n bytes of a stream where they lie, without
+// copying them; they stay valid until the next Read or Lend.
+type Lender interface {
+	Lend(n int) ([]byte, error)
+}
+
+// body reads a frame's payload and trailer: lent in place where the reader
+// can, unless the payload is to be decrypted, which happens in place.
+func (fr *FrameReader) body(n int) ([]byte, error) {
+	if l, ok := fr.r.(Lender); ok && n > 0 && (fr.key == nil || !fr.key.Encrypt) {
+		return l.Lend(n)
+	}
+	b := fr.buf[FrameHeaderLen : FrameHeaderLen+n]
+	_, err := io.ReadFull(fr.r, b)
+	return b, err
+}
+
 // ErrTruncated means the stream ended before its end frame.
 var ErrTruncated = errors.New("stream ended before its end frame")
 
@@ -351,19 +368,20 @@ func (fr *FrameReader) Next() (Frame, error) {
 	if fr.key != nil {
 		rest += fr.h.trailerLen()
 	}
-	if _, err := io.ReadFull(fr.r, fr.buf[FrameHeaderLen:FrameHeaderLen+rest]); err != nil {
+	body, err := fr.body(rest)
+	if err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			err = ErrTruncated
 		}
 		return f, fmt.Errorf("frame %d payload: %w", fr.seq, err)
 	}
 	if fr.key != nil {
-		if fr.scratch, err = fr.key.open(f.Seq, fr.buf, FrameHeaderLen, n, fr.h.Flags&FlagSigned != 0, fr.scratch); err != nil {
+		if fr.scratch, err = fr.key.open(f.Seq, hdr, body, n, fr.h.Flags&FlagSigned != 0, fr.scratch); err != nil {
 			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): tag does not verify, the frame was altered or forged: %w", fr.seq, f.Kind, f.Offset, f.Length, err)
 		}
 	}
 	if f.Kind == FrameData || f.Kind == FrameEnd {
-		p := fr.buf[FrameHeaderLen : FrameHeaderLen+n]
+		p := body[:n]
 		if got := imaging.CRC32C(p); got != f.CRC {
 			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): payload checksum mismatch (got %08x, want %08x)", fr.seq, f.Kind, f.Offset, f.Length, got, f.CRC)
 		}

@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -168,8 +169,30 @@ func receiveInto(t *testing.T, h StreamHeader, stream []byte) (string, error) {
 	return receiveKeyed(t, h, nil, stream)
 }
 
-// receiveKeyed receives a stream onto a target full of 0xFF.
+// receiveKeyed receives a stream onto a target full of 0xFF. It receives it
+// twice, read as a plain reader and lent in place as a relay's history
+// does, and fails unless both land the same bytes and error alike, and
+// the lent stream is left as it was.
 func receiveKeyed(t *testing.T, h StreamHeader, key *FrameKey, stream []byte) (string, error) {
+	t.Helper()
+	path, err := receiveFrom(t, h, key, bytes.NewReader(stream))
+	lent := bytes.Clone(stream)
+	lentPath, lentErr := receiveFrom(t, h, key, &lendingReader{b: lent})
+	if fmt.Sprint(err) != fmt.Sprint(lentErr) {
+		t.Fatalf("read: %v; lent: %v", err, lentErr)
+	}
+	if !bytes.Equal(lent, stream) {
+		t.Fatal("receiving changed the stream bytes lent to it")
+	}
+	a, _ := testimage.SHA256(path, h.ImageSize)
+	b, _ := testimage.SHA256(lentPath, h.ImageSize)
+	if a != b {
+		t.Fatal("the stream read and the stream lent landed different bytes")
+	}
+	return path, err
+}
+
+func receiveFrom(t *testing.T, h StreamHeader, key *FrameKey, r io.Reader) (string, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "target")
 	if err := testimage.Fill(path, 0xFF, h.ImageSize+8192); err != nil {
@@ -180,8 +203,30 @@ func receiveKeyed(t *testing.T, h StreamHeader, key *FrameKey, stream []byte) (s
 		t.Fatal(err)
 	}
 	defer tg.Close()
-	_, _, err = Receive(bytes.NewReader(stream), h, key, tg, nil, Hooks{})
+	_, _, err = Receive(r, h, key, tg, nil, Hooks{})
 	return path, err
+}
+
+// lendingReader lends its bytes in place, as a relay's history does.
+type lendingReader struct{ b []byte }
+
+func (l *lendingReader) Read(p []byte) (int, error) {
+	if len(l.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, l.b)
+	l.b = l.b[n:]
+	return n, nil
+}
+
+func (l *lendingReader) Lend(n int) ([]byte, error) {
+	if len(l.b) < n {
+		l.b = nil
+		return nil, io.ErrUnexpectedEOF
+	}
+	p := l.b[:n:n]
+	l.b = l.b[n:]
+	return p, nil
 }
 
 func TestReceiveWritesTheImage(t *testing.T) {

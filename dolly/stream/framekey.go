@@ -160,17 +160,17 @@ func (k *FrameKey) seal(seq uint64, hdr, payload []byte) (sent, tag []byte) {
 	return sent, k.buf[len(payload):]
 }
 
-// open checks the tag of frame, which holds the frame's header (hdrLen
-// bytes), payload (n bytes) and tag, decrypting the payload in place if
-// the cast is encrypted. scratch is a buffer to reuse; it is returned,
+// open checks the tag of a frame: its header hdr, and body, which holds
+// the payload (n bytes) and the trailer; it decrypts the payload in place
+// if the cast is encrypted. scratch is a buffer to reuse; it is returned,
 // grown if need be, for the next call.
-func (k *FrameKey) open(seq uint64, frame []byte, hdrLen, n int, signed bool, scratch []byte) ([]byte, error) {
-	hdr, payload, tag := frame[:hdrLen], frame[hdrLen:hdrLen+n], frame[hdrLen+n:hdrLen+n+TagLen]
-	if signed && !k.verifySig(hdr, payload, frame[hdrLen+n+TagLen:hdrLen+n+TagLen+SigLen]) {
+func (k *FrameKey) open(seq uint64, hdr, body []byte, n int, signed bool, scratch []byte) ([]byte, error) {
+	payload, tag := body[:n], body[n:n+TagLen]
+	if signed && !k.verifySig(hdr, payload, body[n+TagLen:n+TagLen+SigLen]) {
 		return scratch, errBadSignature
 	}
 	if k.Encrypt {
-		if _, err := k.aead.Open(payload[:0], frameNonce(seq), frame[hdrLen:hdrLen+n+TagLen], hdr); err != nil {
+		if _, err := k.aead.Open(payload[:0], frameNonce(seq), body[:n+TagLen], hdr); err != nil {
 			return scratch, castkey.ErrAuth
 		}
 		return scratch, nil

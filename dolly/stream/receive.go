@@ -155,7 +155,7 @@ func (s *rawSink) frame(f Frame) error {
 		if _, err := s.w.WriteAt(f.Payload, f.Offset); err != nil {
 			return err
 		}
-		s.d.Write(f.Payload)
+		s.d.WriteCRC(f.Payload, f.CRC) // verified: the digest need not read it again
 	case FrameZero:
 		if err := s.w.ZeroRange(f.Offset, f.Length); err != nil {
 			return err

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "errors"
+
+func floorRelay(listen, next, target string) error {
+	return errors.New("the kernel floor relay needs Linux")
+}
