@@ -157,7 +157,7 @@ func runGroup(ctx context.Context, o options, g group, images map[string]image) 
 		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", g.maxNodes+1), Mbit: g.slowMbit})
 		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links and one on %v Mbit/s\n", g.maxNodes, g.mbit, g.slowMbit)
 	} else {
-		fmt.Printf("labbench: lab of %d nodes on %v Mbit/s links\n", g.maxNodes, g.mbit)
+		fmt.Printf("labbench: lab of %d nodes on %s\n", g.maxNodes, strings.TrimSpace(linkName(g.mbit)))
 	}
 	l, err := lab.New(ctx, spec)
 	if err != nil {

@@ -33,6 +33,14 @@ type runSpec struct {
 	trunkMbit float64
 }
 
+// linkName says how fast a lab's links are.
+func linkName(mbit float64) string {
+	if mbit == 0 {
+		return "unshaped links"
+	}
+	return fmt.Sprintf("%5v Mbit/s", mbit)
+}
+
 // lateAfter is how long after the cast started a late node starts.
 const lateAfter = 10 * time.Second
 
@@ -41,7 +49,7 @@ func (r runSpec) String() string {
 	if r.topology == "tree" {
 		shape = fmt.Sprintf("%d-tree", r.fanout)
 	}
-	s := fmt.Sprintf("%-8s %-9s %-4s %2d nodes %5v Mbit/s (%s image)", r.method, shape, r.compression, r.nodes, r.mbit, r.image)
+	s := fmt.Sprintf("%-8s %-9s %-4s %2d nodes %s (%s image)", r.method, shape, r.compression, r.nodes, linkName(r.mbit), r.image)
 	switch {
 	case r.slow:
 		s += fmt.Sprintf(" + 1 node at %v Mbit/s", r.slowMbit)
@@ -193,7 +201,17 @@ func fullPlan() benchPlan {
 			giga[i].image = "small"
 		}
 	}
-	return append(append(append(p, giga...), slowNodePlan()...), twoSwitchPlan()...)
+	return append(append(append(append(p, giga...), slowNodePlan()...), twoSwitchPlan()...), unshapedPlan()...)
+}
+
+// unshapedPlan is a chain of 4 on veth links left unshaped: as fast as
+// this machine's CPU and disk let a chain run, raw and zstd.
+func unshapedPlan() benchPlan {
+	var p benchPlan
+	for _, comp := range []string{"none", "zstd"} {
+		p = append(p, runSpec{method: "dolly", topology: "chain", fanout: 1, compression: comp, nodes: 4, mbit: 0, image: "large"})
+	}
+	return p
 }
 
 // twoSwitchPlan is 16 nodes at 1 Gbit/s, 8 on the source's switch and 8

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -42,6 +43,7 @@ type result struct {
 	castsPredicted []float64 // and each cast's prediction
 	serverCPU      float64   // CPU seconds of dolly-server, start-up included
 	nodesCPU       float64   // CPU seconds of every dolly node together
+	streamCPU      float64   // of those, what the nodes' streams took (no join, no probes)
 	cores          int
 	err            string
 }
@@ -283,6 +285,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	res.serverCPU = processCPU(srv)
 	for _, p := range nodes {
 		res.nodesCPU += processCPU(p)
+		res.streamCPU += loggedStreamCPU(p.log)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return res, err
@@ -330,6 +333,23 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	}
 	res.measured = float64(img.size) / res.seconds / 1e6
 	return res, nil
+}
+
+// loggedStreamCPU is the CPU time a node logged its stream took, or 0.
+func loggedStreamCPU(log string) float64 {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`msg="stream done".* cpu=(\S+)`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	d, err := time.ParseDuration(string(m[1]))
+	if err != nil {
+		return 0
+	}
+	return d.Seconds()
 }
 
 // waitForLine waits until the file at path holds a line containing want,

@@ -25,6 +25,14 @@ func scenarioTables(b *strings.Builder, results []result) {
 				return cell(r, fmt.Sprintf("%.2f (%.2f)", r.farMeasured, r.farWire))
 			})
 	}
+	if rows := filterResults(results, func(r result) bool { return r.mbit == 0 }); len(rows) > 0 {
+		r0 := rows[0]
+		scenarioTable(b, fmt.Sprintf("Unshaped links: a chain of %d on veth pairs without tc, as fast as this machine lets it run (%s image)", r0.nodes, imageLabel(r0.image)),
+			"MB/s per node (slowest)", "node CPU s per GB of image (stream only; the machine's cores busy)", rows, func(r result) string {
+				gb := float64(imageSpecs[r.image].Size) / 1e9
+				return cell(r, fmt.Sprintf("%.2f (%.1f of %d busy)", r.streamCPU/float64(r.nodes)/gb, r.busy, r.cores))
+			})
+	}
 	if rows := filterResults(results, func(r result) bool { return r.late || r.lateBase }); len(rows) > 0 {
 		r0 := rows[0]
 		scenarioTable(b, fmt.Sprintf("A late node: %d nodes at %v Mbit/s, and one more started %v into the cast (%s image)", r0.nodes, r0.mbit, lateAfter, imageLabel(r0.image)),
