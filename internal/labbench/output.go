@@ -299,6 +299,24 @@ func acceptance(results []result) []string {
 				verdict(ratio >= 0.95), most.nodes, ratio*100, one.nodes, mbit, img))
 		}
 	}
+	// The zstd chain's rate as the lab grows, on the same image: every
+	// node decodes, so on a shared machine each node's CPU weighs.
+	for _, img := range []string{"small", "large"} {
+		chains := filterResults(results, func(r result) bool {
+			return r.method == "dolly" && r.topology == "chain" && r.compression == "zstd" && r.mbit == 100 && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == "" && r.nodes >= 8
+		})
+		if len(chains) < 2 {
+			continue
+		}
+		slices.SortFunc(chains, func(a, b result) int { return a.nodes - b.nodes })
+		few, most := chains[0], chains[len(chains)-1]
+		if few.nodes == most.nodes {
+			continue
+		}
+		ratio := most.measured / few.measured
+		out = append(out, fmt.Sprintf("%s zstd chain at %d nodes keeps %.1f%% of its %d-node rate at 100 Mbit/s, %s image (goal: 90%%)",
+			verdict(ratio >= 0.90), most.nodes, ratio*100, few.nodes, img))
+	}
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
 			for _, d := range filterResults(results, func(r result) bool {
