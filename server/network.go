@@ -129,6 +129,8 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		machines[n.machine]++
 	}
+	written := int64(float64(s.profile.Size) * (1 - s.profile.ZeroFraction))
+	notes = append(notes, writeBack(probes, machineOf, ready, written)...)
 	if figs.took > 0 {
 		notes = append(notes, figs.describe(ready))
 	}
