@@ -14,21 +14,22 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 // copied by the CPU. One more pipe takes the node's own copy, which it
 // read(2)s (one copy), checks frame by frame with CRC32C (one read pass
 // over the bytes as sent) and write(2)s to the target (one copy into the
-// page cache, then the disk's DMA), computing the content digest (one more
-// pass) on the way. Zero runs are neither sent nor written: the node zeroes
-// the range. A compressed stream is forwarded as it is and decompressed only
-// for the local write; the decoded bytes are gathered into chunks (one copy)
-// and scanned for zero runs (one pass).
+// page cache, then the disk's DMA). The content digest of a raw stream is
+// made of the frames' CRCs, no pass of its own. Zero runs are neither sent
+// nor written: the node zeroes the range. A compressed stream is forwarded
+// as it is and decompressed only for the local write; the decoded bytes
+// are gathered into chunks (one copy), scanned for zero runs (one pass)
+// and digested (one more).
 //
 // With w the wire bytes and d the data bytes per raw byte (w = d for a raw
 // stream, 1/c compressed), o children and b in raw bytes/s:
 //
 //	disk      d·b ≤ disk write rate
 //	I/O bus   ((1+o)·w + d)·b ≤ bus
-//	memory    ((1+o)·w + 2w + w + 2d + d + d [+ w + d + 2 + 1])·b ≤ memory
-//	          NIC DMAs, read copy, CRC, write copy, disk DMA, digest [decoder in/out, gather copy, zero scan]
-//	CPU       ((1+o)·w/net + w/copy + w/digest + d/write + d/digest
-//	           [+ 1/decompress + 1/copy + 1/digest + d/copy])·b ≤ cores
+//	memory    ((1+o)·w + 2w + w + 2d + d [+ w + d + 2 + 1 + d])·b ≤ memory
+//	          NIC DMAs, read copy, CRC, write copy, disk DMA [decoder in/out, gather copy, zero scan, digest]
+//	CPU       ((1+o)·w/net + w/copy + w/digest + d/write
+//	           [+ 1/decompress + 1/copy + 1/digest + d/digest + d/copy])·b ≤ cores
 //	          where write is the probed write path (disk CPU rate, the kernel
 //	          threads' share included), else the copy rate,
 //	          and decompress the decoder's rate in raw bytes of this image (zero
@@ -44,7 +45,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	o := float64(out)
 	w, d := st.wire(), st.data()
 
-	memory := (1+o)*w + 2*w + w + 2*d + d + d
+	memory := (1+o)*w + 2*w + w + 2*d + d
 	// The write path's cost (the copy into the page cache, the filesystem
 	// or block layer, writeback) is what a probe measures as the disk's CPU
 	// rate; without it, the copy alone is counted.
@@ -58,7 +59,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		if err != nil {
 			return err
 		}
-		memory += w + d + 2 + 1
+		memory += w + d + 2 + 1 + d
 		// The decoder's thread also gathers, scans for zero runs, digests
 		// and copies into the target's aligned chunks: all of it counts
 		// against the cores too.
@@ -67,8 +68,6 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		if !r.ParallelDecompress {
 			h.add(DecompressLimit, flow, thread, 1)
 		}
-	} else {
-		cpu += d * share(r.CPU.Digest)
 	}
 	h.add(DiskLimit, flow, d, r.Disk)
 	h.add(IOBusLimit, flow, (1+o)*w+d, r.IOBus)

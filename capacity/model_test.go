@@ -214,8 +214,10 @@ func TestDollyModel(t *testing.T) {
 		{"node raw", serial, Compression{}, "n01", map[ConstraintKind]float64{
 			DiskLimit:   1,
 			IOBusLimit:  3 + 1,
-			MemoryLimit: 3 + 2 + 1 + 2 + 1 + 1, // DMAs, read copy, CRC, write copy, disk DMA, digest
-			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0 + 1/4.0) * ns,
+			// DMAs, read copy, CRC, write copy, disk DMA: the digest is
+			// made of the frames' CRCs.
+			MemoryLimit: 3 + 2 + 1 + 2 + 1,
+			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0) * ns,
 		}},
 		// Compressed 2:1: w = 0.5 on the wire, d = 1 written.
 		{"node compressed", serial, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{

@@ -44,7 +44,7 @@ func TestZeroRunsCostTheNodeNothing(t *testing.T) {
 	}
 	cpu := find(t, r, CPULimit, "n01")
 	const ns = 1e-9
-	want := (2*0.25/1.0 + 0.25/2.0 + 0.25/4.0 + 0.25/2.0 + 0.25/4.0) * ns
+	want := (2*0.25/1.0 + 0.25/2.0 + 0.25/4.0 + 0.25/2.0) * ns
 	if !near(cpu.Coef, want) {
 		t.Errorf("CPU coefficient %v, want %v", cpu.Coef, want)
 	}
