@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"dolly/dolly/probe"
@@ -119,6 +120,11 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 			return result{runSpec: r, err: err.Error()}
 		}
 	}
+	// Every cast starts with the machine's disk caught up: the loop devices'
+	// writes of earlier casts, still in the page cache, would otherwise be
+	// written back during this one and slow whichever run comes late in
+	// its group (-auto, always last, lost 10% to the forced plan it chose).
+	syscall.Sync()
 	var res result
 	var err error
 	start, cpu0, steal0 := time.Now(), probe.MachineCPU(), stolenCPU()
