@@ -212,8 +212,8 @@ func TestDollyModel(t *testing.T) {
 	}{
 		// Relay with two children, raw: w = d = 1.
 		{"node raw", serial, Compression{}, "n01", map[ConstraintKind]float64{
-			DiskLimit:   1,
-			IOBusLimit:  3 + 1,
+			DiskLimit:  1,
+			IOBusLimit: 3 + 1,
 			// DMAs, read copy, CRC, write copy, disk DMA: the digest is
 			// made of the frames' CRCs.
 			MemoryLimit: 3 + 2 + 1 + 2 + 1,
