@@ -201,15 +201,17 @@ func filterResults(rs []result, keep func(result) bool) []result {
 	return out
 }
 
+// verdict says whether a goal was met.
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
 // acceptance states the benchmark's goals and whether this run met them.
 func acceptance(results []result) []string {
 	var out []string
-	verdict := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "MISS"
-	}
 	worst, worstRun := 0.0, ""
 	for _, r := range results {
 		if r.method == "dolly" && r.err == "" && r.predicted > 0 && math.Abs(r.errorPercent()) > math.Abs(worst) {
@@ -283,39 +285,17 @@ func acceptance(results []result) []string {
 	// the start-up and the pipeline's fill weigh less on a larger one.
 	for _, mbit := range []float64{100, 1000} {
 		for _, img := range []string{"small", "large"} {
-			chains := filterResults(results, func(r result) bool {
-				return r.method == "dolly" && r.topology == "chain" && r.compression == "none" && r.mbit == mbit && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == ""
-			})
-			if len(chains) < 2 {
-				continue
+			if line, ok := chainKeeps(results, "none", mbit, img, 1, 0.95); ok {
+				out = append(out, line)
 			}
-			slices.SortFunc(chains, func(a, b result) int { return a.nodes - b.nodes })
-			one, most := chains[0], chains[len(chains)-1]
-			if one.nodes == most.nodes {
-				continue
-			}
-			ratio := most.measured / one.measured
-			out = append(out, fmt.Sprintf("%s raw chain at %d nodes keeps %.1f%% of its %d-node rate at %v Mbit/s, %s image (goal: 95%%)",
-				verdict(ratio >= 0.95), most.nodes, ratio*100, one.nodes, mbit, img))
 		}
 	}
 	// The zstd chain's rate as the lab grows, on the same image: every
 	// node decodes, so on a shared machine each node's CPU weighs.
 	for _, img := range []string{"small", "large"} {
-		chains := filterResults(results, func(r result) bool {
-			return r.method == "dolly" && r.topology == "chain" && r.compression == "zstd" && r.mbit == 100 && r.image == img && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == "" && r.nodes >= 8
-		})
-		if len(chains) < 2 {
-			continue
+		if line, ok := chainKeeps(results, "zstd", 100, img, 8, 0.90); ok {
+			out = append(out, line)
 		}
-		slices.SortFunc(chains, func(a, b result) int { return a.nodes - b.nodes })
-		few, most := chains[0], chains[len(chains)-1]
-		if few.nodes == most.nodes {
-			continue
-		}
-		ratio := most.measured / few.measured
-		out = append(out, fmt.Sprintf("%s zstd chain at %d nodes keeps %.1f%% of its %d-node rate at 100 Mbit/s, %s image (goal: 90%%)",
-			verdict(ratio >= 0.90), most.nodes, ratio*100, few.nodes, img))
 	}
 	for _, peer := range []string{"udpcast", "nc-chain"} {
 		for _, p := range filterResults(results, func(r result) bool { return r.method == peer && r.err == "" }) {
@@ -452,4 +432,29 @@ func castsCell(r result) string {
 		}
 	}
 	return b.String()
+}
+
+// chainKeeps holds the longest chain of a compression against the shortest
+// of at least minNodes, on one image and link speed: the share of its rate
+// per node that it keeps, against goal.
+func chainKeeps(results []result, comp string, mbit float64, img string, minNodes int, goal float64) (string, bool) {
+	chains := filterResults(results, func(r result) bool {
+		return r.method == "dolly" && r.topology == "chain" && r.compression == comp && r.mbit == mbit && r.image == img &&
+			r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.err == "" && r.nodes >= minNodes
+	})
+	if len(chains) < 2 {
+		return "", false
+	}
+	slices.SortFunc(chains, func(a, b result) int { return a.nodes - b.nodes })
+	few, most := chains[0], chains[len(chains)-1]
+	if few.nodes == most.nodes {
+		return "", false
+	}
+	name := "raw"
+	if comp != "none" {
+		name = comp
+	}
+	ratio := most.measured / few.measured
+	return fmt.Sprintf("%s %s chain at %d nodes keeps %.1f%% of its %d-node rate at %v Mbit/s, %s image (goal: %.0f%%)",
+		verdict(ratio >= goal), name, most.nodes, ratio*100, few.nodes, mbit, img, goal*100), true
 }
