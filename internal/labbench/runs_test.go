@@ -211,3 +211,26 @@ func TestScribbleCheck(t *testing.T) {
 		t.Fatalf("check after scribbling = %v, want pc01's target differs", err)
 	}
 }
+
+func TestChainKeeps(t *testing.T) {
+	chain := func(comp string, nodes int, measured float64) result {
+		return result{runSpec: runSpec{method: "dolly", topology: "chain", compression: comp, nodes: nodes, mbit: 100, image: "large"}, measured: measured}
+	}
+	results := []result{chain("zstd", 4, 200), chain("zstd", 8, 120), chain("zstd", 24, 75), chain("none", 1, 12), chain("none", 24, 11.9)}
+	for _, c := range []struct {
+		comp     string
+		minNodes int
+		goal     float64
+		want     string
+	}{
+		{"zstd", 8, 0.90, "MISS zstd chain at 24 nodes keeps 62.5% of its 8-node rate at 100 Mbit/s, large image (goal: 90%)"},
+		{"none", 1, 0.95, "PASS raw chain at 24 nodes keeps 99.2% of its 1-node rate at 100 Mbit/s, large image (goal: 95%)"},
+	} {
+		if got, ok := chainKeeps(results, c.comp, 100, "large", c.minNodes, c.goal); !ok || got != c.want {
+			t.Errorf("%s: %q (%v), want %q", c.comp, got, ok, c.want)
+		}
+	}
+	if _, ok := chainKeeps(results, "zstd", 100, "small", 8, 0.90); ok {
+		t.Error("a check on an image with no chains")
+	}
+}
