@@ -2,6 +2,7 @@ package imaging
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,5 +49,41 @@ func TestFingerprintSeesAWriteInPlace(t *testing.T) {
 	os.Chtimes(path, later, later) // file systems with coarse times
 	if fingerprint() == first {
 		t.Error("a byte written in place did not change the fingerprint")
+	}
+}
+
+// A stored image is checked against zstd's own checksum; a cast's stream,
+// checked by its frames' CRCs and the digest, skips it.
+func TestZstdChecksum(t *testing.T) {
+	raw := bytes.Repeat([]byte("dolly image data "), 20000)
+	var packed bytes.Buffer
+	if err := Compress(&packed, Zstd, bytes.NewReader(raw), 1); err != nil {
+		t.Fatal(err)
+	}
+	b := packed.Bytes()
+	b[len(b)-1] ^= 0xff // the frame's checksum, the last 4 bytes
+	tests := []struct {
+		name    string
+		open    func(Encoding, io.Reader) (io.ReadCloser, error)
+		wantErr bool
+	}{
+		{"stored image", NewDecoder, true},
+		{"cast stream", NewStreamDecoder, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := tt.open(Zstd, bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			got, err := io.ReadAll(d)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want an error: %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && !bytes.Equal(got, raw) {
+				t.Fatal("decoded bytes differ")
+			}
+		})
 	}
 }

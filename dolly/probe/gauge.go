@@ -46,8 +46,10 @@ type SampleDecoder struct {
 }
 
 // NewSampleDecoder compresses the standard sample with enc and opens a
-// decoder on it repeated without end.
-func NewSampleDecoder(enc imaging.Encoding) (*SampleDecoder, error) {
+// decoder on it repeated without end: a node's stream decoder, or with
+// checked one that checks the format's checksums, as a scan of a stored
+// image does (imaging.NewDecoder).
+func NewSampleDecoder(enc imaging.Encoding, checked bool) (*SampleDecoder, error) {
 	if !enc.Compressed() {
 		return nil, fmt.Errorf("no decoder for %s", enc)
 	}
@@ -59,7 +61,11 @@ func NewSampleDecoder(enc imaging.Encoding) (*SampleDecoder, error) {
 	}
 	// Both codecs read concatenated frames (zstd) or members (gzip) as one
 	// stream, so the sample repeated is a valid stream of any length.
-	dec, err := imaging.NewDecoder(enc, &cycle{b: packed.Bytes()})
+	open := imaging.NewStreamDecoder
+	if checked {
+		open = imaging.NewDecoder
+	}
+	dec, err := open(enc, &cycle{b: packed.Bytes()})
 	if err != nil {
 		return nil, err
 	}
@@ -130,10 +136,11 @@ const sampleWarmup = 256 << 10
 const gaugeShare = 8
 
 // newDecodeGauge returns a gauge for enc timed by cpu, a thread's clock
-// (OnOneThread).
-func newDecodeGauge(enc imaging.Encoding, cpu func() time.Duration) *decodeGauge {
+// (OnOneThread). checked says whether the image's decoder checks the
+// format's checksums: the sample's does alike, so that the two compare.
+func newDecodeGauge(enc imaging.Encoding, checked bool, cpu func() time.Duration) *decodeGauge {
 	g := &decodeGauge{cpu: cpu}
-	if s, err := NewSampleDecoder(enc); err == nil {
+	if s, err := NewSampleDecoder(enc, checked); err == nil {
 		// Its first piece, untimed, pays the decoder's start-up and the
 		// buffer's first touch, which few timed pieces would not spread.
 		g.spare = make([]byte, 1<<20)

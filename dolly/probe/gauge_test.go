@@ -16,7 +16,7 @@ func TestSampleDecoderRepeatsTheSample(t *testing.T) {
 	StandardSample(want, 1)
 	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
 		t.Run(enc.String(), func(t *testing.T) {
-			s, err := NewSampleDecoder(enc)
+			s, err := NewSampleDecoder(enc, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +39,7 @@ func TestSampleDecoderRepeatsTheSample(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewSampleDecoder(imaging.Raw); err == nil {
+	if _, err := NewSampleDecoder(imaging.Raw, false); err == nil {
 		t.Error("NewSampleDecoder(raw) succeeded")
 	}
 }

@@ -157,7 +157,7 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	var err error
 	w := &scanWatch{tally: pieceTally{span: tallySpan}}
 	OnOneThread(func(cpu func() time.Duration) {
-		w.gauge = newDecodeGauge(im.Encoding, cpu)
+		w.gauge = newDecodeGauge(im.Encoding, true, cpu)
 		defer w.gauge.close()
 		// The decoder runs in this goroutine, so the thread's CPU time
 		// around it is the decoding's.
@@ -201,12 +201,12 @@ const tallySpan = 8 << 20
 // raw bytes, in order.
 func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
 	OnOneThread(func(clock func() time.Duration) {
-		d, err := imaging.NewDecoder(enc, bytes.NewReader(stream))
+		d, err := imaging.NewStreamDecoder(enc, bytes.NewReader(stream))
 		if err != nil {
 			return
 		}
 		defer d.Close()
-		gauge := newDecodeGauge(enc, clock)
+		gauge := newDecodeGauge(enc, false, clock)
 		defer gauge.close()
 		buf := make([]byte, 1<<20)
 		for _, size := range sizes {

@@ -236,7 +236,7 @@ func measure(budget time.Duration, work func() int) float64 {
 // probeDecompress measures dolly's own decoder on the standard sample,
 // decoded as one long stream, as a node decodes a cast.
 func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error) {
-	s, err := NewSampleDecoder(enc)
+	s, err := NewSampleDecoder(enc, false)
 	if err != nil {
 		return 0, err
 	}

@@ -196,33 +196,42 @@ func newDecodingSink(h StreamHeader, w imaging.BlockWriter, c *Counters) (*decod
 }
 
 func decode(r io.Reader, h StreamHeader, w imaging.BlockWriter, d *imaging.Digester, c *Counters) error {
-	dec, err := imaging.NewDecoder(h.Encoding, r)
+	dec, err := imaging.NewStreamDecoder(h.Encoding, r)
 	if err != nil {
 		return fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
 	}
 	defer dec.Close()
 	sw := imaging.NewSparseWriter(w, d, h.ImageSize)
-	buf := make([]byte, 256<<10)
-	for {
-		n, rerr := dec.Read(buf)
-		if n > 0 {
-			if _, err := sw.Write(buf[:n]); err != nil {
-				return err
-			}
-			c.Written.Store(sw.Written())
+	// io.Copy lets the decoder write from its own window (WriteTo), which
+	// spares a copy of every byte through a buffer of ours.
+	out := &progressWriter{sw: sw, c: c}
+	if _, err := io.Copy(out, dec); err != nil {
+		if out.err != nil {
+			return out.err
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return fmt.Errorf("decoding %s stream: %w", h.Encoding, rerr)
-		}
+		return fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
 	}
 	if err := sw.Close(); err != nil {
 		return err
 	}
 	c.Written.Store(sw.Written())
 	return nil
+}
+
+// progressWriter writes decoded bytes to the target and counts them.
+type progressWriter struct {
+	sw  *imaging.SparseWriter
+	c   *Counters
+	err error // the target's, as opposed to the decoder's
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.sw.Write(b)
+	p.c.Written.Store(p.sw.Written())
+	if err != nil {
+		p.err = err
+	}
+	return n, err
 }
 
 func (s *decodingSink) frame(f Frame) error {
