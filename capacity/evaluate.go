@@ -35,6 +35,7 @@ func (c Compression) Name() string {
 type stream struct {
 	Compression         // the form on the wire
 	zero        float64 // share of the raw image in zero runs, which are not sent
+	holes       float64 // share of it the source's file keeps as holes, not read
 	// stored is how the source holds the image; nil means as it is sent.
 	stored *Compression
 	// piece, when set, is the stretch of the image being counted: its own
@@ -67,6 +68,20 @@ func (s stream) data() float64 {
 		return 1 - s.piece.ZeroFraction
 	}
 	return 1 - s.zero
+}
+
+// unreadHoles is the share of what is counted that a raw image's file
+// keeps as holes, which the source sends as zero runs without reading.
+// Holes are zero runs; a piece is taken to hold its zero runs' share of
+// them.
+func (s stream) unreadHoles() float64 {
+	if s.holes <= 0 || s.zero <= 0 {
+		return 0
+	}
+	if s.piece == nil {
+		return s.holes
+	}
+	return s.piece.ZeroFraction * s.holes / s.zero
 }
 
 // storedBytes is the stored bytes per raw byte of an image held compressed.
@@ -179,7 +194,10 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	if opt.ZeroFraction < 0 || opt.ZeroFraction >= 1 || math.IsNaN(opt.ZeroFraction) {
 		return Result{}, fmt.Errorf("zero fraction %v: want a share from 0 up to (not including) 1", opt.ZeroFraction)
 	}
-	st := stream{Compression: comp, zero: opt.ZeroFraction, stored: opt.Stored}
+	if !(opt.HoleFraction >= 0 && opt.HoleFraction <= opt.ZeroFraction) {
+		return Result{}, fmt.Errorf("hole fraction %v: want a share from 0 up to the zero fraction %v", opt.HoleFraction, opt.ZeroFraction)
+	}
+	st := stream{Compression: comp, zero: opt.ZeroFraction, holes: opt.HoleFraction, stored: opt.Stored}
 
 	host := make([]int, len(t.Parent)) // host index of each vertex
 	used := make([]bool, len(f.net.Hosts))

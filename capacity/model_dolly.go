@@ -81,7 +81,8 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 // socket (one copy per child). What lies between depends on how the image
 // is stored and sent, with s the stored bytes per raw byte:
 //
-//	raw as raw:           scan all for zero runs (1 pass), CRC and digest the data (2d passes)
+//	raw as raw:           scan what is read for zero runs (s: all of it, less a sparse file's holes),
+//	                      CRC the data (d; the digest takes the frames' CRCs)
 //	compressed as stored: CRC the frames (w)
 //	raw, compressed here: digest the data (d), compress it (d/compress, spread over cores), CRC (w)
 //	compressed, sent raw: decompress (1/decompress, one stream), scan for zero runs (1), CRC (d)
@@ -97,7 +98,9 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 
 	stored := w // as sent: the stored bytes are the wire bytes...
 	if !st.Enabled() {
-		stored = 1 // ...but a raw image is read whole, zero runs included
+		// ...but a raw image is read whole, zero runs included, except
+		// the holes of a sparse file
+		stored = 1 - st.unreadHoles()
 	}
 	var passes, convert float64
 	switch st.conversion() {
@@ -122,7 +125,7 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 		if st.Enabled() {
 			passes = w
 		} else {
-			passes = 1 + 2*d
+			passes = stored + d // scan what is read, CRC the data once
 		}
 	}
 	h.add(DiskLimit, flow, stored, r.Disk)

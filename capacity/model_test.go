@@ -209,6 +209,7 @@ func TestDollyModel(t *testing.T) {
 		comp    Compression
 		subject string
 		want    map[ConstraintKind]float64
+		opt     Options
 	}{
 		// Relay with two children, raw: w = d = 1.
 		{"node raw", serial, Compression{}, "n01", map[ConstraintKind]float64{
@@ -218,7 +219,7 @@ func TestDollyModel(t *testing.T) {
 			// made of the frames' CRCs.
 			MemoryLimit: 3 + 2 + 1 + 2 + 1,
 			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0) * ns,
-		}},
+		}, Options{}},
 		// Compressed 2:1: w = 0.5 on the wire, d = 1 written.
 		{"node compressed", serial, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
 			DiskLimit:   1,
@@ -228,28 +229,41 @@ func TestDollyModel(t *testing.T) {
 			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
 			// decode, gather copy, zero scan, digest, aligned copy
 			DecompressLimit: (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0) * ns,
-		}},
+		}, Options{}},
 		{"node compressed, parallel", parallel, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
 			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
-		}},
-		// Source of a raw image to two children: read, zero scan, CRC and
-		// digest, a copy and a stream per child.
+		}, Options{}},
+		// Source of a raw image to two children: read, zero scan, one CRC
+		// (the digest takes the frames'), a copy and a stream per child.
 		{"source raw", serial, Compression{}, "src", map[ConstraintKind]float64{
 			DiskLimit:   1,
 			IOBusLimit:  1 + 2,
-			MemoryLimit: 3 + 3 + 3*2,
-			CPULimit:    (1/2.0 + 3/4.0 + 2/2.0 + 2/1.0) * ns,
-		}},
+			MemoryLimit: 3 + 2 + 3*2,
+			CPULimit:    (1/2.0 + 2/4.0 + 2/2.0 + 2/1.0) * ns,
+		}, Options{}},
+		// A sparse raw image, 60% zero runs of which 50% holes: only the
+		// other half is read and scanned; the 40% of data is CRC'd and sent.
+		{"source raw sparse", serial, Compression{}, "src", map[ConstraintKind]float64{
+			DiskLimit:   0.5,
+			IOBusLimit:  0.5 + 2*0.4,
+			MemoryLimit: 3*0.5 + (0.5 + 0.4) + 3*2*0.4,
+			CPULimit:    (0.5/2.0 + 0.9/4.0 + 0.8/2.0 + 0.8/1.0) * ns,
+		}, Options{ZeroFraction: 0.6, HoleFraction: 0.5}},
 		{"source compressed", serial, Compression{"zstd", 2}, "src", map[ConstraintKind]float64{
 			DiskLimit:   0.5,
 			IOBusLimit:  1.5,
 			MemoryLimit: 1.5 + 0.5 + 3,
 			CPULimit:    (0.5/2.0 + 0.5/4.0 + 1/2.0 + 1/1.0) * ns,
-		}},
+		}, Options{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustEvaluate(t, oneSwitch(6, 1250*MB, tt.res), NaryTree(6, 2), tt.comp)
+			net := oneSwitch(6, 1250*MB, tt.res)
+			tree := NaryTree(6, 2)
+			r, err := Evaluate(net, Plan{Tree: tree, Hosts: hostNames(net)[:len(tree.Parent)], Compression: tt.comp}, tt.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for kind, coef := range tt.want {
 				if c := find(t, r, kind, tt.subject); !near(c.Coef, coef) {
 					t.Errorf("%s: coef %v, want %v", kind, c.Coef, coef)

@@ -36,6 +36,10 @@ type Options struct {
 	// them as a few header bytes and nodes zero the range instead of
 	// writing it, so a mostly empty filesystem casts faster than its size.
 	ZeroFraction float64
+	// HoleFraction is the share of the raw image that its file keeps as
+	// holes (a sparse file): the source sends them as zero runs without
+	// reading them. At most ZeroFraction.
+	HoleFraction float64
 	// Pieces describe the image stretch by stretch, in order, when it is
 	// not uniform; their shares weight their rates. The figures above stay
 	// the image's averages. Nil counts the image as uniform.

@@ -58,6 +58,9 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 		SetSourceEncode(&net, opt.Compression.Codec, r)
 		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, should the source compress it", mbps(r)))
 	}
+	if opt.HoleFraction > 0 {
+		notes = append(notes, fmt.Sprintf("the image file keeps %.0f%% of the image as holes (a sparse file): sent as zero runs without being read", 100*opt.HoleFraction))
+	}
 	return net, opt, notes
 }
 

@@ -44,6 +44,7 @@ func Options(p probe.Profile, frameSize int) capacity.Options {
 		ImageBytes:   p.Size,
 		FrameBytes:   int64(frameSize),
 		ZeroFraction: min(p.ZeroFraction, 0.999),
+		HoleFraction: min(p.HoleFraction, p.ZeroFraction, 0.999),
 		Compression:  capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
 		Stored:       &capacity.Compression{Factor: 1},
 		Pieces:       pieces(p),

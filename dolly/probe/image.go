@@ -18,6 +18,9 @@ type Profile struct {
 	// ZeroFraction is the share of the raw image in zero runs, which a
 	// cast neither sends nor writes.
 	ZeroFraction float64
+	// HoleFraction is the share of a raw image that its file keeps as
+	// holes (a sparse file), which the source sends as zero runs unread.
+	HoleFraction float64
 	// Codec and Factor describe the image compressed: the stored codec and
 	// its exact factor for a compressed image; for a raw image zstd and the
 	// factor estimated from samples, for compressing it on the fly.
@@ -139,6 +142,11 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 		sampled, zeros = sampled+part.raw, zeros+part.zero
 	}
 	p.ZeroFraction = float64(zeros) / float64(sampled)
+	if holes, ok := im.HoleBytes(ctx); ok && im.Size > 0 {
+		// Holes are zero runs, known exactly, where samples only estimate.
+		p.HoleFraction = float64(holes) / float64(im.Size)
+		p.ZeroFraction = max(p.ZeroFraction, p.HoleFraction)
+	}
 	p.Factor = float64(sampled) / float64(max(packed.Len(), 1))
 	var cpu []time.Duration
 	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed.Bytes(), sizes)

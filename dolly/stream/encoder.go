@@ -26,6 +26,13 @@ type Encoder struct {
 	stop   func()              // stops the on-the-fly encoder
 	closer []func() error      // what Close releases
 
+	// holes, for a raw image sent as stored, tells where its file keeps
+	// holes (imaging.Image.NextData): they are sent as zero runs unread.
+	holes   func(off int64) (data, hole int64, ok bool)
+	seek    io.Seeker // e.r, to step over a hole
+	dataEnd int64     // the file's stored bytes from off run at least to here
+	unread  int64     // bytes of holes sent as zeros without reading them
+
 	buf     []byte
 	queue   []imaging.Segment // segments of buf not yet framed
 	bufOff  int64             // offset of buf[0]
@@ -75,6 +82,9 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 		e.r, e.total, e.zeros = im.Stream(), im.Size, true
 		e.h.StreamSize = im.Size
 		e.digest = imaging.NewDigester()
+		if sk, ok := e.r.(io.Seeker); ok {
+			e.seek, e.holes = sk, im.NextData
+		}
 	case send == im.Encoding:
 		e.r, e.total = im.Stream(), im.StreamSize
 		e.h.StreamSize = im.StreamSize
@@ -162,6 +172,9 @@ func (e *Encoder) Next() (Chunk, error) {
 			s := e.queue[0]
 			e.queue = e.queue[1:]
 			if s.Zero {
+				if e.digest != nil {
+					e.digest.WriteZeros(int64(s.Len))
+				}
 				e.addZeros(s.Off, int64(s.Len))
 				if c, ok := e.takeZeros(false); ok {
 					return c, nil
@@ -192,6 +205,15 @@ func (e *Encoder) fill() error {
 	if e.total >= 0 {
 		want = int(min(int64(want), e.total-e.off))
 	}
+	if e.holes != nil && want > 0 {
+		stored, err := e.skipHole()
+		if err != nil || stored == 0 {
+			return err // a hole was queued as zeros
+		}
+		if stored > 0 {
+			want = int(min(int64(want), stored))
+		}
+	}
 	n, err := io.ReadFull(e.r, e.buf[:want])
 	switch {
 	case e.total < 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
@@ -213,15 +235,42 @@ func (e *Encoder) fill() error {
 		e.queue = append(e.queue, imaging.Segment{Off: e.bufOff, Len: n})
 		return nil
 	}
+	// The digest is fed as segments are framed (Next), so that a data
+	// segment's bytes are read once, for its frame's CRC.
 	imaging.Segments(p, e.bufOff, imaging.MinZeroRun, e.eof, func(s imaging.Segment) {
-		if s.Zero {
-			e.digest.WriteZeros(int64(s.Len))
-		} else {
-			e.digest.Write(p[s.Off-e.bufOff:][:s.Len])
-		}
 		e.queue = append(e.queue, s)
 	})
 	return nil
+}
+
+// skipHole queues the hole of the image file at e.off as a zero run,
+// without reading it, and returns 0; or returns how many bytes from e.off
+// on are worth reading before the next hole (-1: not known).
+func (e *Encoder) skipHole() (int64, error) {
+	if e.off < e.dataEnd {
+		return e.dataEnd - e.off, nil
+	}
+	data, hole, ok := e.holes(e.off)
+	if !ok {
+		e.holes = nil
+		return -1, nil
+	}
+	if end, skip := imaging.HoleRun(e.off, data, e.total); skip {
+		if _, err := e.seek.Seek(end, io.SeekStart); err != nil {
+			return 0, fmt.Errorf("reading image at offset %d: %w", end, err)
+		}
+		e.queue = append(e.queue[:0], imaging.Segment{Off: e.off, Len: int(end - e.off), Zero: true})
+		e.unread += end - e.off
+		e.bufOff, e.off = e.off, end
+		e.eof = e.off == e.total
+		return 0, nil
+	}
+	// Read up to the next hole, from its first whole block on.
+	e.dataEnd = min(e.total, (hole+imaging.ZeroBlock-1)/imaging.ZeroBlock*imaging.ZeroBlock)
+	if e.dataEnd <= e.off {
+		return -1, nil
+	}
+	return e.dataEnd - e.off, nil
 }
 
 func (e *Encoder) addZeros(off, n int64) {
@@ -252,6 +301,9 @@ func (e *Encoder) takeZeros(flush bool) (Chunk, bool) {
 
 func (e *Encoder) dataChunk(off int64, p []byte) Chunk {
 	f := Frame{Kind: FrameData, Seq: e.seq, Offset: off, Length: int64(len(p)), CRC: imaging.CRC32C(p)}
+	if e.digest != nil {
+		e.digest.WriteCRC(p, f.CRC)
+	}
 	e.seq++
 	e.wire = AppendFrameHeader(e.wire[:0], f)
 	raw := int64(len(p))
