@@ -165,6 +165,9 @@ type Result struct {
 	Bottleneck  string        // the binding constraints in words
 	Binding     []Constraint  // the constraints that set Rate
 	Constraints []Constraint  // every constraint of the plan
+	// Stretches are the rates of the image's pieces, in order, when the
+	// image was profiled piece by piece; see RateOver.
+	Stretches []Stretch
 }
 
 // Evaluate predicts the rate of one plan on a network.
@@ -249,8 +252,9 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	}
 	rate, binding := Solve(constraints)
 	bottleneck := describeBinding(binding)
+	var stretches []Stretch
 	if len(opt.Pieces) > 0 {
-		rate, binding, bottleneck, err = pieceRate(opt.Pieces, st, limits)
+		rate, binding, bottleneck, stretches, err = pieceRate(opt.Pieces, st, limits)
 		if err != nil {
 			return Result{}, err
 		}
@@ -265,6 +269,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		Bottleneck:  bottleneck,
 		Binding:     binding,
 		Constraints: constraints,
+		Stretches:   stretches,
 	}, nil
 }
 
@@ -425,11 +430,11 @@ const minReasonShare = 0.05
 // is the share-weighted harmonic mean of theirs. The binding constraints
 // are those of the reason that takes the most time; the bottleneck names
 // each reason with its share of the time when there are several.
-func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, error)) (float64, []Constraint, string, error) {
+func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, error)) (float64, []Constraint, string, []Stretch, error) {
 	var total float64
 	for i, p := range pieces {
 		if err := p.check(); err != nil {
-			return 0, nil, "", fmt.Errorf("image piece %d: %w", i+1, err)
+			return 0, nil, "", nil, fmt.Errorf("image piece %d: %w", i+1, err)
 		}
 		total += p.Share
 	}
@@ -441,19 +446,21 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 	var reasons []*reason
 	byText := map[string]*reason{}
 	var spent float64
+	stretches := make([]Stretch, 0, len(pieces))
 	for _, p := range pieces {
 		p.Share /= total
 		st.piece = &p
 		cs, err := limits(st)
 		if err != nil {
-			return 0, nil, "", err
+			return 0, nil, "", nil, err
 		}
 		rate, binding := Solve(cs)
+		stretches = append(stretches, Stretch{Share: p.Share, Rate: rate})
 		if math.IsInf(rate, 1) {
 			continue // nothing to send, write or decode: no time
 		}
 		if !(rate > 0) {
-			return 0, nil, "", fmt.Errorf("image piece at %.0f%%: the plan moves nothing", 100*p.Share)
+			return 0, nil, "", nil, fmt.Errorf("image piece at %.0f%%: the plan moves nothing", 100*p.Share)
 		}
 		t := p.Share / rate
 		spent += t
@@ -467,7 +474,7 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 		r.time += t
 	}
 	if len(reasons) == 0 {
-		return math.Inf(1), nil, "", nil
+		return math.Inf(1), nil, "", stretches, nil
 	}
 	slices.SortStableFunc(reasons, func(a, b *reason) int { return cmp.Compare(b.time, a.time) })
 	// Reasons that hold the cast up only briefly would crowd the line.
@@ -476,11 +483,11 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 		shown++
 	}
 	if shown == 1 {
-		return 1 / spent, reasons[0].binding, reasons[0].text, nil
+		return 1 / spent, reasons[0].binding, reasons[0].text, stretches, nil
 	}
 	parts := []string{fmt.Sprintf("%.0f%% of the time: %s", 100*reasons[0].time/spent, reasons[0].text)}
 	for _, r := range reasons[1:shown] {
 		parts = append(parts, fmt.Sprintf("%.0f%%: %s", 100*r.time/spent, r.text))
 	}
-	return 1 / spent, reasons[0].binding, strings.Join(parts, "; "), nil
+	return 1 / spent, reasons[0].binding, strings.Join(parts, "; "), stretches, nil
 }

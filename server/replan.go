@@ -35,11 +35,16 @@ const (
 type watch struct {
 	plan      capacity.Plan // the plan the cast runs now
 	predicted float64       // its predicted rate, raw image bytes per second
-	start     time.Time
-	below     time.Time // since when the cast runs below; zero if not
-	samples   map[*nodeState][]sample
-	left      int      // re-plans it may still make
-	said      []Replan // what it did, for the summary
+	// expect is what the cast is held to, stretch by stretch of the
+	// image (capacity.Result.RateOver), and running the prediction of
+	// the plan that runs now, once a re-plan has changed it.
+	expect, running capacity.Result
+	size            int64 // the raw image's bytes
+	start           time.Time
+	below           time.Time // since when the cast runs below; zero if not
+	samples         map[*nodeState][]sample
+	left            int      // re-plans it may still make
+	said            []Replan // what it did, for the summary
 }
 
 // Replan is one check of a running cast that ran below its prediction:
@@ -63,7 +68,7 @@ func (s *Server) newWatch(ch Choice) *watch {
 	if s.cfg.NoReplan || s.cfg.Shape != "" || s.resume != nil || !ch.Modeled {
 		return nil
 	}
-	return &watch{plan: ch.Result.Plan, predicted: ch.Result.Rate, left: maxReplans, samples: map[*nodeState][]sample{}}
+	return &watch{plan: ch.Result.Plan, predicted: ch.Result.Rate, expect: ch.Result, size: s.img.Size, left: maxReplans, samples: map[*nodeState][]sample{}}
 }
 
 // rates are the nodes' rates over the window, for the nodes in the tree
@@ -72,6 +77,11 @@ type rates struct {
 	written map[*nodeState]float64 // raw bytes written per second
 	pos     map[*nodeState]float64 // stream bytes received per second
 	slowest float64                // the least of written; 0 if none
+	// worst is the least of the nodes' rates against what the prediction
+	// expects over the stretch of the image each wrote in the window;
+	// lagging is that node's rate and from, to its stretch (shares).
+	worst, lagging float64
+	from, to       float64
 }
 
 // observe records where every casting node of the tree is and returns
@@ -101,11 +111,33 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 		wr := float64(n.progress.Written-ss[0].written) / span
 		r.written[n] = wr
 		r.pos[n] = float64(n.pos-ss[0].pos) / span
-		if first || wr < r.slowest {
-			r.slowest, first = wr, false
+		from, to := w.share(ss[0].written), w.share(n.progress.Written)
+		ratio := 1.0 // a stretch that costs nothing is not judged
+		if exp := w.expect.RateOver(from, to); !math.IsInf(exp, 1) {
+			ratio = wr / exp
 		}
+		if first || wr < r.slowest {
+			r.slowest = wr
+		}
+		if first || ratio < r.worst {
+			r.worst, r.lagging, r.from, r.to = ratio, wr, from, to
+		}
+		first = false
 	}
 	return r
+}
+
+// share is the share of the image before raw offset off.
+func (w *watch) share(off int64) float64 {
+	if w.size <= 0 {
+		return 0
+	}
+	return float64(off) / float64(w.size)
+}
+
+// below reports whether r shows the cast below what it is held to.
+func (r rates) below() bool {
+	return len(r.written) > 0 && r.worst < replanBelow && !math.IsNaN(r.worst)
 }
 
 // check is the watch's turn: it takes the nodes' rates and, once the cast
@@ -117,7 +149,7 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	s.mu.Lock()
 	r := w.observe(s.tree, now)
 	s.mu.Unlock()
-	if len(r.written) == 0 || r.slowest >= replanBelow*w.predicted || w.left <= 0 {
+	if !r.below() || w.left <= 0 {
 		w.below = time.Time{}
 		return
 	}
@@ -130,17 +162,19 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	}
 	w.below = time.Time{}
 	w.left--
-	rp, rw, err := s.replan(w, r, now)
+	rp, expect, rw, err := s.replan(w, r, now)
 	if err != nil {
 		s.log.Warn("re-planning the cast", "err", err)
-		w.predicted = r.slowest // watch for a further fall, not this one
+		// Watch for a further fall, not this one.
+		w.predicted, w.expect = r.slowest, w.expect.Scaled(r.worst)
 		return
 	}
 	fmt.Fprintln(s.cfg.Out, rp.Message)
 	s.log.Info("re-plan", "from", rp.From, "to", rp.To, "measured", rp.Measured, "predicted", rp.Predicted)
 	w.said = append(w.said, rp)
-	w.predicted = rp.Predicted
+	w.predicted, w.expect = rp.Predicted, expect
 	if rw != nil {
+		w.running = expect
 		clear(w.samples) // the rates of the old plan say nothing of the new
 		s.mu.Lock()
 		for _, l := range rw.added {
@@ -154,8 +188,9 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 
 // replan asks the model again for the nodes in the tree, with the links
 // the cast found full, and reshapes the tree if another plan is clearly
-// faster. The rewiring is nil when the plan stays.
-func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, error) {
+// faster. It returns what the cast is held to from now on; the rewiring is
+// nil when the plan stays.
+func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Result, *rewiring, error) {
 	rp := Replan{At: now.Sub(w.start), From: w.plan.Name(), To: w.plan.Name(), Measured: r.slowest}
 	s.mu.Lock()
 	tree, nodes := s.tree.shape()
@@ -163,7 +198,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 	for _, n := range nodes {
 		if n.status != stCasting {
 			s.mu.Unlock()
-			return rp, nil, fmt.Errorf("%s has finished: the plan stays to the end", n.name)
+			return rp, capacity.Result{}, nil, fmt.Errorf("%s has finished: the plan stays to the end", n.name)
 		}
 		remaining = max(remaining, s.img.Size-n.progress.Written)
 	}
@@ -199,18 +234,20 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 	}
 	cur, err := capacity.Evaluate(net, capacity.Plan{Tree: tree, Hosts: hosts, Compression: w.plan.Compression}, opt)
 	if err != nil {
-		return rp, nil, err
+		return rp, capacity.Result{}, nil, err
 	}
 	at := formatDuration(rp.At)
-	if cur.Rate > explainedBy*r.slowest {
+	// The measured links explain the shortfall if the plan, under them,
+	// expects about what the lagging node did where it was in the image.
+	if cur.RateOver(r.from, r.to) > explainedBy*r.lagging {
 		rp.Predicted = r.slowest
 		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s; %s, which does not explain it: the plan stays",
 			at, mbps(r.slowest), mbps(w.predicted), what)
-		return rp, nil, nil
+		return rp, w.expect.Scaled(r.worst), nil, nil
 	}
 	ranked, err := capacity.Rank(net, opt)
 	if err != nil {
-		return rp, nil, err
+		return rp, capacity.Result{}, nil, err
 	}
 	best := cur
 	for _, c := range ranked {
@@ -225,7 +262,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 		rp.Predicted = cur.Rate
 		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s (%s): %s stays, no plan is clearly faster",
 			at, mbps(r.slowest), mbps(w.predicted), what, w.plan.Name())
-		return rp, nil, nil
+		return rp, cur, nil, nil
 	}
 	order := make([]*nodeState, 0, len(nodes))
 	s.mu.Lock()
@@ -235,13 +272,13 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, *rewiring, er
 	rw, err := s.tree.reshape(best.Plan.Tree, order)
 	s.mu.Unlock()
 	if err != nil {
-		return rp, nil, err
+		return rp, capacity.Result{}, nil, err
 	}
 	rp.To, rp.Predicted = best.Plan.Name(), best.Rate
 	rp.Message = fmt.Sprintf("re-planned at %s: %s -> %s (%s; the cast ran at %s MB/s, %s predicted now)",
 		at, rp.From, rp.To, what, mbps(r.slowest), mbps(best.Rate))
 	w.plan = best.Plan
-	return rp, &rw, nil
+	return rp, best, &rw, nil
 }
 
 // diskRates are the nodes' measured target write rates, each node's own

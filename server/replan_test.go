@@ -198,3 +198,44 @@ func TestReshapeKeepsNodesServedApart(t *testing.T) {
 		t.Error("n4 is no longer served at its pace")
 	}
 }
+
+// TestWatchHoldsEachNodeToItsStretch: a filesystem image's files run at a
+// link's rate and its free space far faster, so a node in the files is
+// held to the files' rate, not to the image's average.
+func TestWatchHoldsEachNodeToItsStretch(t *testing.T) {
+	const size = 1e9
+	files := capacity.Result{Rate: 18e6, Stretches: []capacity.Stretch{{Share: 0.5, Rate: 10e6}, {Share: 0.5, Rate: 90e6}}}
+	tests := []struct {
+		name   string
+		expect capacity.Result
+		start  int64   // where the node is in the image
+		rate   float64 // what it writes
+		below  bool
+	}{
+		{"in the files at their rate", files, 0, 10e6, false},
+		{"in the files at half their rate", files, 0, 5e6, true},
+		{"in the free space at the files' rate", files, 0.6 * size, 10e6, true},
+		{"in the free space at its rate", files, 0.6 * size, 90e6, false},
+		{"a uniform image: held to the average", capacity.Result{Rate: 18e6}, 0, 10e6, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tree, byName := testTree(t, capacity.Chain(1).Parent...)
+			n := byName["n1"]
+			n.status = stCasting
+			w := &watch{expect: tt.expect, size: size, samples: map[*nodeState][]sample{}}
+			t0 := time.Unix(1000, 0)
+			var r rates
+			for i := range 7 {
+				n.progress.Written = tt.start + int64(float64(i)*tt.rate*watchEvery.Seconds())
+				r = w.observe(tree, t0.Add(time.Duration(i)*watchEvery))
+			}
+			if r.below() != tt.below {
+				t.Errorf("below = %v (%.2f of what is expected), want %v", r.below(), r.worst, tt.below)
+			}
+			if r.lagging < 0.99*tt.rate || r.lagging > 1.01*tt.rate {
+				t.Errorf("the lagging node at %.0f B/s, want %.0f", r.lagging, tt.rate)
+			}
+		})
+	}
+}

@@ -149,11 +149,11 @@ type Server struct {
 	// each (see slow.go).
 	srcHold    holdWatch
 	movedApart map[string]string
-	// predicted is the plan's predicted rate, raw bytes per second; 0 when
-	// the model could not judge.
-	predicted float64
-	aborted   string // why the cast was called off, for nodes that come later
-	changed   chan struct{}
+	// expect is the plan's prediction, stretch by stretch of the image;
+	// its Rate is 0 when the model could not judge.
+	expect  capacity.Result
+	aborted string // why the cast was called off, for nodes that come later
+	changed chan struct{}
 
 	scanned chan struct{} // closed once the image's size and digest are known
 	scanErr error
@@ -295,7 +295,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	sum.Plan = choice
 	s.mu.Lock()
 	if choice.Modeled {
-		s.predicted = choice.Result.Rate
+		s.expect = choice.Result
 	}
 	if !s.lastJoined.IsZero() {
 		sum.JoinPhase = time.Since(s.lastJoined)

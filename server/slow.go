@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
+	"dolly/capacity"
 	"dolly/dolly/relay"
 )
 
@@ -59,18 +61,16 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 	if s.src != nil {
 		s.srcHold.observe(s.src.feed.relay, now)
 	}
-	predicted := s.predicted
+	expect := s.expect
 	if w != nil {
 		if len(w.said) == 0 {
-			predicted = 0 // the watch has not checked the cast yet
+			expect = capacity.Result{} // the watch has not checked the cast yet
 		}
-		for _, rp := range w.said {
-			if rp.To != rp.From {
-				predicted = rp.Predicted // the plan that runs now
-			}
+		if w.running.Rate > 0 {
+			expect = w.running // the plan that runs now
 		}
 	}
-	if predicted <= 0 || len(s.movedApart) >= len(s.castNodes)/2 {
+	if !(expect.Rate > 0) || len(s.movedApart) >= len(s.castNodes)/2 {
 		s.mu.Unlock()
 		return
 	}
@@ -96,7 +96,8 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 		// A plan that runs as predicted has a bottleneck too, which holds
 		// the nodes above it back as much: only a cast held below its
 		// prediction has a culprit.
-		if c.rate <= 0 || c.rate >= replanBelow*predicted || !slowerThanSiblings(u, v) {
+		exp := s.expectedOf(expect, c)
+		if c.rate <= 0 || math.IsInf(exp, 1) || c.rate >= replanBelow*exp || !slowerThanSiblings(u, v) {
 			continue
 		}
 		slow, holder, held = c, u.name(), now.Sub(since)
@@ -124,6 +125,21 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 	s.log.Warn("slow node moved apart", "node", slow.name, "held", holder, "by", leaf.name())
 	s.rewire(ctx, r)
 	s.signal()
+}
+
+// expectedOf is the rate the plan expects of node n over the stretch of
+// the image it wrote lately, about the span its rate is taken over: a
+// stretch of files runs slower than the image's average, and only a node
+// below what its own stretch allows holds the others back. Called with
+// s.mu held.
+func (s *Server) expectedOf(expect capacity.Result, n *nodeState) float64 {
+	size := float64(s.img.Size)
+	if size <= 0 {
+		return expect.Rate
+	}
+	to := float64(n.progress.Written)
+	from := to - n.rate*rateWindow.Seconds()
+	return expect.RateOver(from/size, to/size)
 }
 
 // slowerThanSiblings reports whether v runs well below the other children
