@@ -25,7 +25,12 @@ type Received struct {
 }
 
 // SendFor writes to c until d has passed or limit bytes are out, or ctx
-// ends, then half-closes c. It returns the bytes written.
+// ends, and returns the bytes written. Once limit bytes are out it
+// half-closes c, so the receiver counts them all. At the deadline it sets
+// c to reset when closed instead: what the socket still holds would keep
+// the link busy after the probe's time (many megabytes when a source sends
+// to many nodes at once through one link, a second or more at 100 Mbit/s),
+// and the receiver's rate needs none of it.
 func SendFor(ctx context.Context, c net.Conn, d time.Duration, limit int64) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -37,6 +42,10 @@ func SendFor(ctx context.Context, c net.Conn, d time.Duration, limit int64) (int
 		n, err := c.Write(buf[:min(int64(len(buf)), limit-sent)])
 		sent += int64(n)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if l, ok := c.(interface{ SetLinger(int) error }); ok {
+				l.SetLinger(0)
+				return sent, nil
+			}
 			break
 		}
 		if err != nil {
