@@ -48,7 +48,9 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 				n.probe = &p
 			}
 		}
-		s.log.Info("node ready", "node", n.name, "target", n.target)
+		// The figures the model plans from, for -v: what a preview that
+		// misses was given.
+		s.log.Info("node ready", "node", n.name, "target", n.target, "probe", string(m.Ready.Probe))
 		if n.late {
 			s.post(castEvent{kind: evLate, node: n})
 		}
