@@ -39,12 +39,15 @@ func (r Result) RateOver(from, to float64) float64 {
 }
 
 // Scaled returns r with its rate and those of its stretches times f: the
-// prediction a cast that runs at f of it is then held to.
+// prediction a cast that runs at f of it is then held to. Stretches that
+// cost nothing stay so.
 func (r Result) Scaled(f float64) Result {
 	r.Rate *= f
 	r.Stretches = append([]Stretch(nil), r.Stretches...)
 	for i := range r.Stretches {
-		r.Stretches[i].Rate *= f
+		if !math.IsInf(r.Stretches[i].Rate, 1) {
+			r.Stretches[i].Rate *= f
+		}
 	}
 	return r
 }

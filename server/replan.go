@@ -112,8 +112,8 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 		r.written[n] = wr
 		r.pos[n] = float64(n.pos-ss[0].pos) / span
 		from, to := w.share(ss[0].written), w.share(n.progress.Written)
-		ratio := 1.0 // a stretch that costs nothing is not judged
-		if exp := w.expect.RateOver(from, to); !math.IsInf(exp, 1) {
+		ratio := 1.0
+		if exp := heldTo(w.expect, from, to); !math.IsInf(exp, 1) {
 			ratio = wr / exp
 		}
 		if first || wr < r.slowest {
@@ -125,6 +125,26 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 		first = false
 	}
 	return r
+}
+
+// heldTo is what expect holds a node to over a stretch of the image: its
+// prediction there or, where the model thinks the stretch costs nothing
+// (zero runs the source sends unread), the plan's average, so that a node
+// crawling through free space is still judged.
+func heldTo(expect capacity.Result, from, to float64) float64 {
+	if exp := expect.RateOver(from, to); !math.IsInf(exp, 1) {
+		return exp
+	}
+	return expect.Rate
+}
+
+// scaledTo is expect held to the share f of itself that a cast ran at;
+// expect itself when f tells nothing (a stalled node's 0).
+func scaledTo(expect capacity.Result, f float64) capacity.Result {
+	if !(f > 0) || math.IsInf(f, 1) {
+		return expect
+	}
+	return expect.Scaled(f)
 }
 
 // share is the share of the image before raw offset off.
@@ -166,7 +186,7 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	if err != nil {
 		s.log.Warn("re-planning the cast", "err", err)
 		// Watch for a further fall, not this one.
-		w.predicted, w.expect = r.slowest, w.expect.Scaled(r.worst)
+		w.predicted, w.expect = r.slowest, scaledTo(w.expect, r.worst)
 		return
 	}
 	fmt.Fprintln(s.cfg.Out, rp.Message)
@@ -243,7 +263,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Resu
 		rp.Predicted = r.slowest
 		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s; %s, which does not explain it: the plan stays",
 			at, mbps(r.slowest), mbps(w.predicted), what)
-		return rp, w.expect.Scaled(r.worst), nil, nil
+		return rp, scaledTo(w.expect, r.worst), nil, nil
 	}
 	ranked, err := capacity.Rank(net, opt)
 	if err != nil {

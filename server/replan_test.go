@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +238,29 @@ func TestWatchHoldsEachNodeToItsStretch(t *testing.T) {
 				t.Errorf("the lagging node at %.0f B/s, want %.0f", r.lagging, tt.rate)
 			}
 		})
+	}
+}
+
+// TestWatchJudgesANodeInAStretchThatCostsNothing: zero runs sent unread
+// cost the plan nothing, yet a node crawling through them (a failing disk
+// zeroing them) is held to the plan's average, not let be.
+func TestWatchJudgesANodeInAStretchThatCostsNothing(t *testing.T) {
+	const size = 1e9
+	holes := capacity.Result{Rate: 25e6, Stretches: []capacity.Stretch{{Share: 0.5, Rate: 12.5e6}, {Share: 0.5, Rate: math.Inf(1)}}}
+	tree, byName := testTree(t, capacity.Chain(1).Parent...)
+	n := byName["n1"]
+	n.status = stCasting
+	w := &watch{expect: holes, size: size, samples: map[*nodeState][]sample{}}
+	t0 := time.Unix(1000, 0)
+	var r rates
+	for i := range 7 {
+		n.progress.Written = 0.6*size + int64(float64(i)*5e6*watchEvery.Seconds())
+		r = w.observe(tree, t0.Add(time.Duration(i)*watchEvery))
+	}
+	if !r.below() {
+		t.Errorf("a node at 5 MB/s through free space is not below (%.2f of what it is held to)", r.worst)
+	}
+	if s := scaledTo(holes, 0); s.Rate != holes.Rate {
+		t.Errorf("held to %v after a stalled node, want the prediction kept", s.Rate)
 	}
 }

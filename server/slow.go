@@ -139,7 +139,7 @@ func (s *Server) expectedOf(expect capacity.Result, n *nodeState) float64 {
 	}
 	to := float64(n.progress.Written)
 	from := to - n.rate*rateWindow.Seconds()
-	return expect.RateOver(from/size, to/size)
+	return heldTo(expect, from/size, to/size)
 }
 
 // slowerThanSiblings reports whether v runs well below the other children

@@ -137,9 +137,12 @@ func TestSendForDropsWhatIsLeftAtTheDeadline(t *testing.T) {
 	defer rc.Close()
 	// The receiver reads nothing while the probe runs, so the sender's
 	// socket fills and holds bytes at the deadline.
-	sent, err := SendFor(t.Context(), c, 100*time.Millisecond, 1<<40)
+	sent, err := SendFor(t.Context(), c, 500*time.Millisecond, 1<<40)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sent == 0 {
+		t.Skip("the machine held the sender off for the whole probe: nothing to drop")
 	}
 	c.Close()
 	rc.SetReadDeadline(time.Now().Add(time.Minute))
