@@ -4,16 +4,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,19 +72,24 @@ func run() error {
 		targets = append(targets, t)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fmt.Printf("demo: dolly-server -image nt.img %s -nodes %d -yes, and %d nodes on 127.0.0.1\n\n", *topo, *nodes, *nodes)
+	report := filepath.Join(dir, "report.json")
+	// The server picks its own port and says which: a port picked here
+	// and freed could be taken by anything before the server binds it.
+	server := exec.CommandContext(ctx, filepath.Join(*bin, "dolly-server"), "-image", img, *topo,
+		"-nodes", fmt.Sprint(*nodes), "-yes", "-listen", "127.0.0.1:0", "-progress-interval", "2s", "-report", report)
+	out, err := server.StdoutPipe()
 	if err != nil {
 		return err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	fmt.Printf("demo: dolly-server -image nt.img %s -nodes %d -yes, and %d nodes on 127.0.0.1\n\n", *topo, *nodes, *nodes)
-	report := filepath.Join(dir, "report.json")
-	server := exec.CommandContext(ctx, filepath.Join(*bin, "dolly-server"), "-image", img, *topo,
-		"-nodes", fmt.Sprint(*nodes), "-yes", "-listen", addr, "-progress-interval", "2s", "-report", report)
-	server.Stdout, server.Stderr, server.Stdin = os.Stdout, os.Stderr, os.Stdin
+	server.Stderr, server.Stdin = os.Stderr, os.Stdin
 	if err := server.Start(); err != nil {
+		return err
+	}
+	addr, copied, err := listenAddr(out, os.Stdout)
+	if err != nil {
+		server.Process.Kill()
+		server.Wait()
 		return err
 	}
 	var procs []*exec.Cmd
@@ -107,6 +114,7 @@ func run() error {
 			failed = append(failed, fmt.Sprintf("pc%02d: %v\n%s", i+1, err, log))
 		}
 	}
+	<-copied // Wait closes the pipe: all of the output first
 	serverErr := server.Wait()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -157,4 +165,26 @@ func readReport(path string) (server.Report, error) {
 		return r, fmt.Errorf("dolly-server's report: %w", err)
 	}
 	return r, nil
+}
+
+// listenAddr copies the server's output to w until the line that says
+// where it listens, returns that address, and copies the rest in the
+// background until copied is closed.
+func listenAddr(out io.Reader, w io.Writer) (addr string, copied <-chan struct{}, err error) {
+	r := bufio.NewReader(out)
+	for {
+		line, err := r.ReadString('\n')
+		io.WriteString(w, line)
+		if _, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on "); ok {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				io.Copy(w, r)
+			}()
+			return addr, done, nil
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("dolly-server did not say where it listens: %w", err)
+		}
+	}
 }
