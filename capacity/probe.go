@@ -18,10 +18,6 @@ type Probe struct {
 	// the write path to the target (write(2) into the page cache, then
 	// writeback): its CPU cost.
 	DiskWriteCPUBytesPerSec float64 `json:"disk_write_cpu_bytes_per_sec,omitempty"`
-	// DirtyRoomBytes, set when the target is written through the page
-	// cache (a file), is how much the machine's cache takes in before its
-	// writers must wait for the disk: the kernel's dirty limit.
-	DirtyRoomBytes float64 `json:"dirty_room_bytes,omitempty"`
 	// DiskReadBytesPerSec is the sequential read rate of the image store;
 	// only the source's matters.
 	DiskReadBytesPerSec float64 `json:"disk_read_bytes_per_sec,omitempty"`

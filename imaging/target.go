@@ -123,6 +123,7 @@ type Target struct {
 	limit  int64
 	zero   zeroer
 	direct *directWriter // nil: writes go through the page cache
+	behind *WriteBehind  // set when they do and are written behind
 }
 
 // OpenTarget checks the target again and opens it for writing an image of
@@ -164,6 +165,9 @@ func OpenTarget(path string, size int64, opts TargetOptions) (*Target, error) {
 			t.direct = newDirectWriter(d, f)
 		}
 	}
+	if t.direct == nil {
+		t.behind = NewWriteBehind(f)
+	}
 	return t, nil
 }
 
@@ -199,6 +203,11 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 	n, err := t.f.WriteAt(p, off)
 	if err != nil {
 		return n, fmt.Errorf("target %s: writing at offset %d: %w", t.Path, off, unwrapPathError(err))
+	}
+	if t.behind != nil {
+		if err := t.behind.Wrote(off, int64(n)); err != nil {
+			return n, fmt.Errorf("target %s: writing behind offset %d: %w", t.Path, off, err)
+		}
 	}
 	return n, nil
 }
@@ -247,6 +256,11 @@ func (t *Target) ReadAt(p []byte, off int64) (int, error) {
 func (t *Target) Sync() error {
 	if err := t.flush(); err != nil {
 		return err
+	}
+	if t.behind != nil {
+		if err := t.behind.Finish(); err != nil {
+			return fmt.Errorf("target %s: flushing to disk: %w", t.Path, err)
+		}
 	}
 	if err := t.f.Sync(); err != nil {
 		return fmt.Errorf("target %s: flushing to disk: %w", t.Path, unwrapPathError(err))

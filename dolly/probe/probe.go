@@ -91,9 +91,6 @@ func Run(ctx context.Context, cfg Config) Report {
 			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
 			note("target write rate: %s/s (%s/s of CPU): %s", units.FormatBytes(int64(d.rate)), units.FormatBytes(int64(d.cpuRate)), d.how)
 		}
-		if throughCache(cfg.Target, cfg.Buffered) {
-			r.DirtyRoomBytes = dirtyRoom()
-		}
 	}
 	if cfg.Image != "" {
 		rate, err := probeRead(ctx, cfg.Image, cfg.Budget*4)
@@ -202,13 +199,6 @@ func defaultRouteInterface() (string, error) {
 		}
 	}
 	return "", errors.New("no default route")
-}
-
-// throughCache says whether a cast writes target through the page cache:
-// a file (or one yet to be made), or a block device written buffered.
-func throughCache(target string, buffered bool) bool {
-	st, err := os.Stat(target)
-	return buffered || err != nil || st.Mode()&os.ModeDevice == 0
 }
 
 // measure runs work repeatedly for about budget and returns bytes/s.
