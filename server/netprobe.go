@@ -173,6 +173,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			}
 		}
 	}
+	s.log.Debug("bandwidth probes", "star", f.star, "ring_up", f.ringUp)
 	f.settle(ready)
 	f.took = time.Since(start)
 	if len(failed) > 0 {

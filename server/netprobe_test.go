@@ -96,3 +96,21 @@ func TestMachineKey(t *testing.T) {
 		}
 	}
 }
+
+// A node whose data comes over loopback has no link to measure.
+func TestNodeOnLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:7001", true},
+		{"[::1]:7001", true},
+		{"198.18.0.12:7001", false},
+		{"pc01:7001", false},
+		{"nonsense", false},
+	} {
+		if got := (&nodeState{dataAddr: tt.addr}).loopback(); got != tt.want {
+			t.Errorf("loopback(%s) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}

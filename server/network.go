@@ -88,14 +88,17 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	var notes []string
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
-		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		if _, speed, err := probe.NICSpeed(ip); err == nil {
-			src.NICBytesPerSec = speed
-		} else if figs.sourceLink() <= 0 {
-			notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
+		// On loopback the source has no link: its sends cost CPU, which
+		// the model counts.
+		if ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			if _, speed, err := probe.NICSpeed(ip); err == nil {
+				src.NICBytesPerSec = speed
+			} else if figs.sourceLink() <= 0 {
+				notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
+			}
+			withMeasuredLink(&src, figs.sourceLink())
 		}
 	}
-	withMeasuredLink(&src, figs.sourceLink())
 	probes := []capacity.Probe{src}
 	machines := map[string]int{}
 	var unprobed, noLink, noDisk []string
@@ -119,12 +122,14 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			own = measured[n.machine]
 		}
 		p := probeFor(n.name, own)
-		withMeasuredLink(&p, figs.link(n.name))
+		if !n.loopback() {
+			withMeasuredLink(&p, figs.link(n.name))
+		}
 		probes = append(probes, p)
 		switch {
 		case own == nil:
 			unprobed = append(unprobed, n.name)
-		case p.NICBytesPerSec <= 0:
+		case p.NICBytesPerSec <= 0 && !n.loopback():
 			noLink = append(noLink, n.name)
 		}
 		if own != nil && p.DiskWriteBytesPerSec <= 0 {
@@ -132,8 +137,6 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		machines[n.machine]++
 	}
-	written := int64(float64(s.profile.Size) * (1 - s.profile.ZeroFraction))
-	notes = append(notes, writeBack(probes, machineOf, ready, written)...)
 	if figs.took > 0 {
 		notes = append(notes, figs.describe(ready))
 	}
@@ -345,4 +348,16 @@ func withMeasuredLink(p *capacity.Probe, measured float64) {
 	if p.NICBytesPerSec <= 0 || line < p.NICBytesPerSec {
 		p.NICBytesPerSec = line
 	}
+}
+
+// loopback reports whether the node takes its data over the loopback
+// interface: what a probe measures there is the CPU of the machine it
+// shares with its peers (counted as such), not a link.
+func (n *nodeState) loopback() bool {
+	host, _, err := net.SplitHostPort(n.dataAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
