@@ -305,7 +305,7 @@ func TestCastMeasuresTheNetwork(t *testing.T) {
 	}{{"unkeyed", nil}, {"keyed", key}} {
 		t.Run(tt.name, func(t *testing.T) {
 			targets := oldDisks(t, 3, size)
-			r := castProbed(t, Config{Image: imgs[imaging.Raw], NetProbe: 200 * time.Millisecond, Key: tt.key}, targets)
+			r := castProbed(t, Config{Image: imgs[imaging.Raw], NetProbe: 200 * time.Millisecond, Key: tt.key, probeLoopback: true}, targets)
 			if r.err != nil {
 				t.Fatalf("cast: %v\n%s", r.err, r.out)
 			}
@@ -331,6 +331,31 @@ func TestCastMeasuresTheNetwork(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Nodes on loopback have no links: the server does not probe them, and
+// the model plans from the machine's CPU and disk alone.
+func TestLoopbackCastMeasuresNoLinks(t *testing.T) {
+	const size = 6 << 20
+	imgs, want := images(t, size)
+	targets := oldDisks(t, 3, size)
+	r := castProbed(t, Config{Image: imgs[imaging.Raw], NetProbe: 200 * time.Millisecond}, targets)
+	if r.err != nil {
+		t.Fatalf("cast: %v\n%s", r.err, r.out)
+	}
+	for _, bad := range []string{"measuring the network", "link speed unknown", "link speed is unknown"} {
+		if strings.Contains(r.out, bad) {
+			t.Errorf("output says %q:\n%s", bad, r.out)
+		}
+	}
+	if !r.sum.Plan.Modeled {
+		t.Errorf("the model could not judge the plans:\n%s", r.out)
+	}
+	for i, tg := range targets {
+		if got, _ := testimage.SHA256(tg, size); got != want {
+			t.Errorf("target %d differs from the image", i+1)
+		}
 	}
 }
 

@@ -361,3 +361,14 @@ func (n *nodeState) loopback() bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// allLoopback reports whether every node takes its data over loopback:
+// there is then no link to measure.
+func allLoopback(ready []*nodeState) bool {
+	for _, n := range ready {
+		if !n.loopback() {
+			return false
+		}
+	}
+	return true
+}
