@@ -31,7 +31,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write
 //	           [+ 1/decompress + 1/copy + 1/digest + d/digest + d/copy])·b ≤ cores
 //	          where write is the probed write path (disk CPU rate, the kernel
-//	          threads' share included), else the copy rate,
+//	          threads' share included), else the copy rate; where the
+//	          relay's path was probed whole (relay, for one child), it stands
+//	          for the first three terms: (w/relay + (o-1)·w/net) at least w/(2·relay),
 //	          and decompress the decoder's rate in raw bytes of this image (zero
 //	          runs included: they decode fast, but not for free)
 //	decoding thread, when decompression cannot spread over cores: the one
@@ -54,6 +56,13 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		write = share(r.CPU.Copy)
 	}
 	cpu := (1+o)*w*share(r.CPU.Net) + w*share(r.CPU.Copy) + w*share(r.CPU.Digest) + d*write
+	if r.CPU.Relay > 0 {
+		// Measured whole for one child: each other child adds a stream
+		// (a leaf saves one, but never half of the path).
+		path := share(r.CPU.Relay)
+		path = max(path+(o-1)*share(r.CPU.Net), path/2)
+		cpu = w*path + d*write
+	}
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)
 		if err != nil {

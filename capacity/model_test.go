@@ -202,6 +202,8 @@ func TestDollyModel(t *testing.T) {
 	serial.ParallelDecompress = false
 	parallel := dollyRes
 	parallel.ParallelDecompress = true
+	relayed := dollyRes
+	relayed.CPU.Relay = 500 * MB
 	const ns = 1e-9 // per byte/s, the figures above are in GB/s
 	tests := []struct {
 		name    string
@@ -219,6 +221,15 @@ func TestDollyModel(t *testing.T) {
 			// made of the frames' CRCs.
 			MemoryLimit: 3 + 2 + 1 + 2 + 1,
 			CPULimit:    (3/1.0 + 1/2.0 + 1/4.0 + 1/2.0) * ns,
+		}, Options{}},
+		// The relay's path probed whole (for one child) stands for the
+		// streams, the read copy and the CRC; each other child adds a
+		// stream, a leaf saves one but never half the path.
+		{"node raw, relay probed, two children", relayed, Compression{}, "n01", map[ConstraintKind]float64{
+			CPULimit: (1/0.5 + 1/1.0 + 1/2.0) * ns,
+		}, Options{}},
+		{"node raw, relay probed, a leaf", relayed, Compression{}, "n03", map[ConstraintKind]float64{
+			CPULimit: (1/0.5 - 1/1.0 + 1/2.0) * ns,
 		}, Options{}},
 		// Compressed 2:1: w = 0.5 on the wire, d = 1 written.
 		{"node compressed", serial, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
@@ -300,5 +311,21 @@ func TestUnmodelledResourcesAddNoConstraint(t *testing.T) {
 		if c.Kind != LinkLimit {
 			t.Errorf("unexpected %v from a host with no figures", c)
 		}
+	}
+}
+
+// In a chain every node but the last has one child: the relay's probed
+// path, as measured, and the write.
+func TestDollyModelRelayInAChain(t *testing.T) {
+	res := dollyRes
+	res.CPU.Relay = 500 * MB
+	net := oneSwitch(3, 1250*MB, res)
+	tree := Chain(3)
+	r, err := Evaluate(net, Plan{Tree: tree, Hosts: hostNames(net)[:len(tree.Parent)]}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := find(t, r, CPULimit, "n01"); !near(c.Coef, (1/0.5+1/2.0)*1e-9) {
+		t.Errorf("n01: cpu coef %v, want %v", c.Coef, (1/0.5+1/2.0)*1e-9)
 	}
 }

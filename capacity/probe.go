@@ -37,6 +37,12 @@ type Probe struct {
 	// through the kernel. Nodes do not measure it alone; zero means
 	// NetStreamCopyRatio times the copy rate.
 	NetStreamBytesPerSec float64 `json:"net_stream_bytes_per_sec,omitempty"`
+	// RelayBytesPerSec is the rate one core can push a chain node's data
+	// path: its stream in and out, forwarded with splice and tee, and its
+	// own copy taken into the relay's history and checked with CRC-32C
+	// (the target's write is apart). Zero: not measured; the model then
+	// adds up the stream, copy and digest rates instead.
+	RelayBytesPerSec float64 `json:"relay_bytes_per_sec,omitempty"`
 }
 
 // NetStreamCopyRatio relates the CPU cost of one kernel TCP stream to a
@@ -68,6 +74,7 @@ func (p Probe) Resources(role Role) Resources {
 		ParallelDecompress: false,
 		CPU: CPURates{
 			Net:        net,
+			Relay:      p.RelayBytesPerSec,
 			Disk:       p.DiskWriteCPUBytesPerSec,
 			Copy:       p.MemcpyBytesPerSec,
 			Digest:     p.DigestBytesPerSec,

@@ -54,7 +54,11 @@ type Resources struct {
 // CPURates are the rates one core reaches doing one kind of work alone,
 // in bytes per second (the paper's a1…an).
 type CPURates struct {
-	Net    float64 // send or receive one stream through the kernel's network stack
+	Net float64 // send or receive one stream through the kernel's network stack
+	// Relay is a chain node's whole data path, but for the target's write:
+	// its stream in and out, the relay's splices, the copy into its history
+	// and the check. Zero: the sum of the Net, Copy and Digest terms.
+	Relay  float64
 	Disk   float64 // drive one disk transfer (the paper's 80 MB/s SCSI)
 	Copy   float64 // memory-to-memory copy (read(2), write(2), pipes)
 	Digest float64 // CRC32C or zero-run scan: one read pass over the data

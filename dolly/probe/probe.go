@@ -109,11 +109,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	StandardSample(src, 1)
 	r.MemcpyBytesPerSec = measure(cfg.Budget, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget, func() int { imaging.CRC32C(src); return len(src) })
-	if rate, err := probeNetStream(src, r.MemcpyBytesPerSec, cfg.Budget); err != nil {
-		note("TCP stream cost: %v", err)
-	} else {
-		r.NetStreamBytesPerSec = rate
-	}
+	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, r.MemcpyBytesPerSec, cfg.Budget, note)
 	dst = nil
 	sample := src[:2<<20]
 	r.DecompressBytesPerSec = map[string]float64{}
@@ -139,6 +135,32 @@ func Run(ctx context.Context, cfg Config) Report {
 	src, sample = nil, nil
 	debug.FreeOSMemory()
 	return r
+}
+
+// probeStreams measures what a TCP stream and a relay node's data path
+// cost the CPU, as the rates one core reaches (see streamCost, relayCost).
+// A stream's rate counts one half of it (a send or a receive): its cost
+// less the sender's copy, over two.
+func probeStreams(ctx context.Context, buf []byte, copyRate float64, budget time.Duration, note func(string, ...any)) (stream, relay float64) {
+	streamed, err := streamCost(buf, budget)
+	if err != nil {
+		note("TCP stream cost: %v", err)
+		return 0, 0
+	}
+	if half := (streamed - 1/copyRate) / 2; copyRate > 0 && half > 0 {
+		stream = 1 / half
+	}
+	relayed, err := relayCost(ctx, buf, budget)
+	if err != nil {
+		note("relay cost: %v", err)
+		return stream, 0
+	}
+	if node := relayed - streamed; node > 0 {
+		relay = 1 / node
+	} else {
+		note("relay cost: no more than a stream's, measured with noise")
+	}
+	return stream, relay
 }
 
 // nicSpeed finds the interface holding ip (or the default route's) and

@@ -216,13 +216,12 @@ func openDirect(path string, flags int) (*os.File, bool, error) {
 	return nil, false, err
 }
 
-// probeNetStream measures what one TCP stream costs the CPU: it sends buf
-// repeatedly over loopback to a receiver that splices it away, as a relay
-// does, and counts this process's CPU time (other nodes on the machine do
-// not count). Loopback does both ends' kernel work in this process, so the
-// time, less one copy into the socket, covers two streams (a send and a
-// receive).
-func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64, error) {
+// streamCost is the CPU time per byte of one TCP stream over loopback:
+// buf written to it repeatedly, received and spliced away as a relay
+// does. Loopback does both ends' kernel work in this process, so the time
+// covers the sender's copy, two halves of a stream (a send and a receive)
+// and the splice.
+func streamCost(buf []byte, budget time.Duration) (float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("no loopback: %w", err)
@@ -242,28 +241,119 @@ func probeNetStream(buf []byte, copyRate float64, budget time.Duration) (float64
 	if err != nil {
 		return 0, err
 	}
+	defer c.Close()
+	c0 := ProcessCPU()
+	sent, err := sendFor(c.(*net.TCPConn), buf, budget)
+	if err != nil {
+		return 0, err
+	}
+	if err := <-received; err != nil {
+		return 0, err
+	}
+	return perByte(ProcessCPU()-c0, sent)
+}
+
+// relayCost is the CPU time per byte of a relay node's data path, with
+// the stream's ends around it, over loopback: buf is written to dolly's
+// relay, which forwards it to one child (spliced away, as above) and
+// hands its own copy to a reader that checks it with CRC-32C, as a node's
+// does before writing. Less streamCost, that is one node's work in a
+// chain: its stream in and out, the relay's splices and tee, the copy
+// into its history and the check.
+func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, budget+10*time.Second)
+	defer cancel()
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("no loopback: %w", err)
+	}
+	defer up.Close()
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer down.Close()
+	r, err := relay.New(relay.Config{})
+	if err != nil {
+		return 0, err
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(ctx) }()
+	sank := make(chan error, 1)
+	go func() {
+		c, err := down.Accept()
+		if err != nil {
+			sank <- err
+			return
+		}
+		defer c.Close()
+		sank <- relay.Discard(c.(*net.TCPConn))
+	}()
+	child, err := net.Dial("tcp", down.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Attach(ctx, "probe", child, 0); err != nil {
+		child.Close()
+		return 0, err
+	}
+	sender, err := net.Dial("tcp", up.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	defer sender.Close()
+	in, err := up.Accept()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.SetUpstream(ctx, in.(*net.TCPConn)); err != nil {
+		in.Close()
+		return 0, err
+	}
+	read := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1<<20)
+		for {
+			n, err := r.Reader().Read(b)
+			imaging.CRC32C(b[:n])
+			if err != nil {
+				read <- nil
+				return
+			}
+		}
+	}()
+	c0 := ProcessCPU()
+	sent, err := sendFor(sender.(*net.TCPConn), buf, budget)
+	if err != nil {
+		return 0, err
+	}
+	r.EndSeen() // all of it is the stream: the relay finishes when it ends
+	for _, done := range []chan error{ran, sank, read} {
+		if err := <-done; err != nil {
+			return 0, fmt.Errorf("relaying: %w", err)
+		}
+	}
+	return perByte(ProcessCPU()-c0, sent)
+}
+
+// sendFor writes buf to c repeatedly for budget, and at least 64 MiB,
+// then half-closes it.
+func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
 	var sent int64
-	start, c0 := time.Now(), ProcessCPU()
+	start := time.Now()
 	for time.Since(start) < budget || sent < 64<<20 {
 		n, err := c.Write(buf)
 		sent += int64(n)
 		if err != nil {
-			c.Close()
-			return 0, err
+			return sent, err
 		}
 	}
-	c.(*net.TCPConn).CloseWrite()
-	if err := <-received; err != nil {
-		c.Close()
-		return 0, err
-	}
-	c.Close()
-	cpu := (ProcessCPU() - c0).Seconds()
-	if copyRate > 0 {
-		cpu -= float64(sent) / copyRate
-	}
-	if cpu <= 0 {
+	return sent, c.CloseWrite()
+}
+
+func perByte(cpu time.Duration, n int64) (float64, error) {
+	if cpu <= 0 || n <= 0 {
 		return 0, errors.New("too fast to measure")
 	}
-	return 2 * float64(sent) / cpu, nil
+	return cpu.Seconds() / float64(n), nil
 }

@@ -18,6 +18,8 @@ func probeRead(context.Context, string, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }
 
-func probeNetStream([]byte, float64, time.Duration) (float64, error) {
+func streamCost([]byte, time.Duration) (float64, error) { return 0, errProbeUnsupported }
+
+func relayCost(context.Context, []byte, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }

@@ -30,11 +30,15 @@ func TestProbeMeasuresWithoutChangingTheTarget(t *testing.T) {
 	for name, v := range map[string]float64{
 		"target write": r.DiskWriteBytesPerSec, "memcpy": r.MemcpyBytesPerSec, "digest": r.DigestBytesPerSec,
 		"zstd decode": r.DecompressBytesPerSec["zstd"], "gzip decode": r.DecompressBytesPerSec["gzip"],
-		"zstd encode": r.CompressBytesPerSec["zstd"],
+		"zstd encode": r.CompressBytesPerSec["zstd"], "TCP stream": r.NetStreamBytesPerSec, "relay path": r.RelayBytesPerSec,
 	} {
 		if v <= 1e6 {
 			t.Errorf("%s: %v bytes/s", name, v)
 		}
+	}
+	// A relay's path holds two streams' halves and more.
+	if r.RelayBytesPerSec >= r.NetStreamBytesPerSec {
+		t.Errorf("relay path at %v bytes/s, faster than one stream's half at %v", r.RelayBytesPerSec, r.NetStreamBytesPerSec)
 	}
 	if r.NICBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "loopback has no link speed") {
 		t.Errorf("loopback link: %v bytes/s, notes %q", r.NICBytesPerSec, r.Notes)
