@@ -261,7 +261,7 @@ func streamCost(buf []byte, budget time.Duration) (float64, error) {
 // chain: its stream in and out, the relay's splices and tee, the copy
 // into its history and the check.
 func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, budget+10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, budget+3*time.Second)
 	defer cancel()
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -323,11 +323,16 @@ func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, 
 		}
 	}()
 	c0 := ProcessCPU()
-	sent, err := sendFor(sender.(*net.TCPConn), buf, budget)
+	sent, err := send(sender, buf, budget)
 	if err != nil {
 		return 0, err
 	}
-	r.EndSeen() // all of it is the stream: the relay finishes when it ends
+	// All of it is the stream: said before it ends, or the relay takes
+	// the end for a cut and waits for another upstream.
+	r.EndSeen()
+	if err := sender.(*net.TCPConn).CloseWrite(); err != nil {
+		return 0, err
+	}
 	for _, done := range []chan error{ran, sank, read} {
 		if err := <-done; err != nil {
 			return 0, fmt.Errorf("relaying: %w", err)
@@ -339,6 +344,15 @@ func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, 
 // sendFor writes buf to c repeatedly for budget, and at least 64 MiB,
 // then half-closes it.
 func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
+	sent, err := send(c, buf, budget)
+	if err != nil {
+		return sent, err
+	}
+	return sent, c.CloseWrite()
+}
+
+// send writes buf to c repeatedly for budget, and at least 64 MiB.
+func send(c net.Conn, buf []byte, budget time.Duration) (int64, error) {
 	var sent int64
 	start := time.Now()
 	for time.Since(start) < budget || sent < 64<<20 {
@@ -348,7 +362,7 @@ func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
 			return sent, err
 		}
 	}
-	return sent, c.CloseWrite()
+	return sent, nil
 }
 
 func perByte(cpu time.Duration, n int64) (float64, error) {

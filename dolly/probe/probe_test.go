@@ -94,3 +94,23 @@ func TestMachineID(t *testing.T) {
 		t.Fatalf("MachineID %q gives the boot ID away", id)
 	}
 }
+
+// The relay measured ends with its stream every time, never taking the
+// end for a cut (and waiting out its deadline for another upstream).
+func TestRelayCostEndsWithItsStream(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the relay's path is measured on Linux only")
+	}
+	buf := make([]byte, 256<<10)
+	StandardSample(buf, 1)
+	for i := range 10 {
+		start := time.Now()
+		cost, err := relayCost(t.Context(), buf, time.Millisecond)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if cost <= 0 || time.Since(start) > 2*time.Second {
+			t.Fatalf("run %d: %v s per byte in %v", i, cost, time.Since(start))
+		}
+	}
+}
