@@ -301,6 +301,7 @@ func (r Report) Format() string {
 		{"target write", rate(r.DiskWriteBytesPerSec)},
 		{"write path, one core", rate(r.DiskWriteCPUBytesPerSec)},
 		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
+		{"relay path, one core", rate(r.RelayBytesPerSec)},
 	}
 	if r.DiskReadBytesPerSec > 0 {
 		rows = append(rows, [2]string{"image read", rate(r.DiskReadBytesPerSec)})

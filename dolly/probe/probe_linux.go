@@ -227,16 +227,7 @@ func streamCost(buf []byte, budget time.Duration) (float64, error) {
 		return 0, fmt.Errorf("no loopback: %w", err)
 	}
 	defer ln.Close()
-	received := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			received <- err
-			return
-		}
-		defer c.Close()
-		received <- relay.Discard(c.(*net.TCPConn))
-	}()
+	received := discardOne(ln)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		return 0, err
@@ -279,16 +270,7 @@ func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, 
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(ctx) }()
-	sank := make(chan error, 1)
-	go func() {
-		c, err := down.Accept()
-		if err != nil {
-			sank <- err
-			return
-		}
-		defer c.Close()
-		sank <- relay.Discard(c.(*net.TCPConn))
-	}()
+	sank := discardOne(down)
 	child, err := net.Dial("tcp", down.Addr().String())
 	if err != nil {
 		return 0, err
@@ -333,12 +315,28 @@ func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, 
 	if err := sender.(*net.TCPConn).CloseWrite(); err != nil {
 		return 0, err
 	}
-	for _, done := range []chan error{ran, sank, read} {
+	for _, done := range []<-chan error{ran, sank, read} {
 		if err := <-done; err != nil {
 			return 0, fmt.Errorf("relaying: %w", err)
 		}
 	}
 	return perByte(ProcessCPU()-c0, sent)
+}
+
+// discardOne accepts one connection on ln and splices what it receives
+// away, as a relay does; the channel says how that ended.
+func discardOne(ln net.Listener) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		done <- relay.Discard(c.(*net.TCPConn))
+	}()
+	return done
 }
 
 // sendFor writes buf to c repeatedly for budget, and at least 64 MiB,

@@ -44,7 +44,7 @@ func TestProbeMeasuresWithoutChangingTheTarget(t *testing.T) {
 		t.Errorf("loopback link: %v bytes/s, notes %q", r.NICBytesPerSec, r.Notes)
 	}
 	text := r.Format()
-	for _, want := range []string{"probe of pc07", "target write", "zstd decode", "CRC-32C"} {
+	for _, want := range []string{"probe of pc07", "target write", "zstd decode", "CRC-32C", "relay path"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}
