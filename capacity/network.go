@@ -58,6 +58,9 @@ type Machine struct {
 	// are files on one file system, say), so their writes add up against
 	// its rate: each host's figure is the disk's alone.
 	SharedDisk bool
+	// Crowded says its hosts' CPU figures were measured by all of them at
+	// once, so what they cost each other is in the figures already.
+	Crowded bool
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.

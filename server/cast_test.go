@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -276,7 +277,13 @@ func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("cast: %v\n%s", r.err, r.out)
 	}
-	for _, want := range []string{"capacity model: predicted rate of each plan", "▶ ", "plan: ", "predicted", "MB/s, ETA"} {
+	wants := []string{"capacity model: predicted rate of each plan", "▶ ", "plan: ", "predicted", "MB/s, ETA"}
+	if runtime.NumCPU() < len(targets)+1 {
+		// The source and both nodes share fewer cores than they are:
+		// the nodes measure what they cost each other.
+		wants = append(wants, "2 nodes on one machine of", "pushed their data path at once")
+	}
+	for _, want := range wants {
 		if !strings.Contains(r.out, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.out)
 		}

@@ -30,6 +30,7 @@ type netFigures struct {
 	ringIn map[string]float64 // what each node received from the one before it
 	ringUp map[string]float64 // what the next node received from it
 	took   time.Duration
+	crowds map[string]crowd // by machine key: what a crowded machine's nodes measured at once
 }
 
 // link is the node's measured link rate: the faster of its two ring

@@ -102,11 +102,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	probes := []capacity.Probe{src}
 	machines := map[string]int{}
 	var unprobed, noLink, noDisk []string
-	machineOf := []string{""}
-	if len(ready) > 0 {
-		ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
-		machineOf[0] = machineKey(probe.MachineID(), probe.MACs(), ip.String())
-	}
+	machineOf := []string{s.sourceMachine(ready)}
 	// One node measured each machine (see enroll); the others on it share
 	// its figures.
 	measured := map[string]*capacity.Probe{}
@@ -154,7 +150,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		notes = append(notes, fmt.Sprintf("disk write rate not measured on %s (%s): assumed to keep up", listNames(noDisk), why))
 	}
 	if len(machines) < len(ready) {
-		notes = append(notes, fmt.Sprintf("%d nodes run on %s, one of each measured it alone: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
+		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
 	if t := s.cfg.Topology; t != nil {
 		net, err := fromTopology(t, probes)
@@ -168,7 +164,32 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	net.LinkEfficiency = capacity.TCPEthernetEfficiency
 	shareMachines(net.Hosts, machineOf)
 	shareFileDisks(&net, ready)
+	markCrowds(&net, machineOf, figs.crowds)
 	return net, notes
+}
+
+// markCrowds gives the machines whose nodes measured their data path all at
+// once (hosts[i] runs on machineOf[i]) the contention they found.
+func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]crowd) {
+	hosts := map[string]int{}
+	for _, h := range net.Hosts {
+		if h.Machine != "" {
+			hosts[h.Machine]++
+		}
+	}
+	for i, h := range net.Hosts {
+		c, ok := crowds[machineOf[i]]
+		if !ok || h.Machine == "" {
+			continue
+		}
+		if net.Machines == nil {
+			net.Machines = map[string]capacity.Machine{}
+		}
+		mc := net.Machines[h.Machine]
+		mc.Contention = c.contention(hosts[h.Machine])
+		mc.Crowded = true
+		net.Machines[h.Machine] = mc
+	}
 }
 
 // shareFileDisks marks the machines whose nodes all write files or loop

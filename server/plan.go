@@ -170,14 +170,14 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 	// such a machine.
 	best := ch.Result
 	for _, r := range pool {
-		if allowed(r.Plan.Compression) && doubtedRate(r) > doubtedRate(ch.Result) {
+		if allowed(r.Plan.Compression) && doubtedRate(net, r) > doubtedRate(net, ch.Result) {
 			ch.Result = r
 		}
 	}
 	if !sameShape(ch.Result.Plan, best.Plan) {
-		c, _ := crowdedCPU(best)
+		c, _ := crowdedCPU(net, best)
 		ch.Notes = append(ch.Notes, fmt.Sprintf("%s runs, not %s (%s MB/s): that one leans on the CPU of machine %s, which %d hosts share on %.0f cores, and one host timed those figures alone; at %.0f× their cost it would run at %s MB/s",
-			planName(ch.Result), planName(best), mbps(best.Rate), c.Subject, c.Streams, c.Cap, crowdedCost, mbps(doubtedRate(best))))
+			planName(ch.Result), planName(best), mbps(best.Rate), c.Subject, c.Streams, c.Cap, crowdedCost, mbps(doubtedRate(net, best))))
 	}
 	ch.Send = wireEncoding(ch.Result.Plan.Compression, stored)
 	ch.Modeled = ch.Result.Rate > 0 && ch.Result.Rate < 1e15
@@ -193,11 +193,11 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 const crowdedCost = 2.0
 
 // crowdedCPU returns the CPU constraint of a machine that more of the
-// plan's hosts share than it has cores.
-func crowdedCPU(r capacity.Result) (capacity.Constraint, bool) {
+// plan's hosts share than it has cores, and whose crowd was not measured.
+func crowdedCPU(net capacity.Network, r capacity.Result) (capacity.Constraint, bool) {
 	var worst capacity.Constraint
 	for _, c := range r.Constraints {
-		if c.Kind == capacity.MachineCPULimit && float64(c.Streams) > c.Cap && c.Coef > worst.Coef {
+		if doubted(net, c) && c.Coef > worst.Coef {
 			worst = c
 		}
 	}
@@ -205,15 +205,21 @@ func crowdedCPU(r capacity.Result) (capacity.Constraint, bool) {
 }
 
 // doubtedRate is the plan's predicted rate with every crowded machine's CPU
-// at crowdedCost times its figures.
-func doubtedRate(r capacity.Result) float64 {
+// at crowdedCost times its figures, unless what the crowd costs is known.
+func doubtedRate(net capacity.Network, r capacity.Result) float64 {
 	rate := r.Rate
 	for _, c := range r.Constraints {
-		if c.Kind == capacity.MachineCPULimit && float64(c.Streams) > c.Cap && c.Coef > 0 {
+		if doubted(net, c) && c.Coef > 0 {
 			rate = min(rate, c.Cap/(crowdedCost*c.Coef))
 		}
 	}
 	return rate
+}
+
+// doubted reports whether c is the CPU of a crowded machine whose hosts'
+// cost to each other nobody measured (its nodes, or a topology file).
+func doubted(net capacity.Network, c capacity.Constraint) bool {
+	return c.Kind == capacity.MachineCPULimit && float64(c.Streams) > c.Cap && net.Machines[c.Subject].Contention == 0 && !net.Machines[c.Subject].Crowded
 }
 
 // planName names a plan and its stream: "chain, zstd".

@@ -291,6 +291,8 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
 			figs, notes = s.measureNetwork(ctx, ready)
 		}
+		crowds, crowdNotes := s.measureCrowds(ctx, ready)
+		figs.crowds, notes = crowds, append(notes, crowdNotes...)
 		s.netFigs = figs
 		choice = s.choose(ctx, ready, figs)
 		choice.Notes = append(notes, choice.Notes...)

@@ -51,6 +51,9 @@ const (
 	// probes (see dolly/probe).
 	MsgNetProbe  MsgType = "net-probe"  // server → node: send this probe to that node
 	MsgNetResult MsgType = "net-result" // node → server: what I received of a probe, or why I could not send it
+	// Nodes that share a machine with more of them than it has cores
+	// measure their data path all at once: what they cost each other.
+	MsgCrowdProbe MsgType = "crowd-probe" // server → node: measure your data path now (net-result answers)
 )
 
 // Message is one control message; the field matching Type is set.
@@ -68,6 +71,9 @@ type Message struct {
 	// NetProbe and NetResult are a bandwidth probe's order and outcome.
 	NetProbe  *NetProbe  `json:"net_probe,omitempty"`
 	NetResult *NetResult `json:"net_result,omitempty"`
+	// CrowdProbe orders a measurement of the node's data path, run by
+	// every node of its machine at once; a net-result carries the rate.
+	CrowdProbe *CrowdProbe `json:"crowd_probe,omitempty"`
 	// Auth is the challenge or the proof of a keyed cast's handshake.
 	Auth *Auth `json:"auth,omitempty"`
 	// Reason explains a reject, fail, abort, attach-failed or child-lost.
@@ -237,6 +243,20 @@ type NetProbe struct {
 	Bytes   int64   `json:"bytes"`
 }
 
+// CrowdProbe measures what the nodes of one machine cost each other, in
+// two steps sent to all of them at once. Without Go, the node sets its data
+// path up (its relay, over loopback), warms it and answers with an empty
+// NetResult for ID. With Go, it pushes through the data path set up under
+// ID without a pause, counts what passes it over WindowMillis from
+// SettleMillis on (when all of them push), and a NetResult answers with
+// those Bytes and the Rate they went at (see probe.StartCrowd).
+type CrowdProbe struct {
+	ID           uint64 `json:"id"`
+	Go           bool   `json:"go,omitempty"`
+	SettleMillis int    `json:"settle_ms,omitempty"`
+	WindowMillis int    `json:"window_ms,omitempty"`
+}
+
 // NetResult is what a node received of probe ID (Bytes, and Rate in bytes
 // per second over its steady part), or, from its sender, why it could not
 // be sent (Error).
@@ -271,6 +291,8 @@ func (m *Message) validate() error {
 		missing = m.NetProbe == nil
 	case MsgNetResult:
 		missing = m.NetResult == nil
+	case MsgCrowdProbe:
+		missing = m.CrowdProbe == nil
 	case MsgChallenge, MsgProof:
 		missing = m.Auth == nil
 	case MsgReject, MsgFail, MsgAbort, MsgPing:

@@ -55,6 +55,7 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		return nil, err
 	}
 	go n.ctl.run(ctx)
+	crowds := map[uint64]chan<- control.CrowdProbe{} // crowd probes set up, by id
 	for {
 		m, err = n.ctl.next(ctx)
 		switch {
@@ -62,6 +63,15 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 			return nil, err
 		case m.Type == control.MsgNetProbe:
 			go n.sendProbe(ctx, *m.NetProbe)
+		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
+			push := make(chan control.CrowdProbe, 1)
+			crowds[m.CrowdProbe.ID] = push
+			go n.crowdProbe(ctx, m.CrowdProbe.ID, push)
+		case m.Type == control.MsgCrowdProbe:
+			if push, ok := crowds[m.CrowdProbe.ID]; ok {
+				push <- *m.CrowdProbe
+				delete(crowds, m.CrowdProbe.ID)
+			}
 		case m.Type == control.MsgAssign:
 			return m.Assign, nil
 		default:

@@ -48,3 +48,40 @@ func (n *node) receiveProbe(c net.Conn, id uint64) {
 	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate}})
 }
+
+// crowdProbe sets the node's data path up for crowd probe id, says it is
+// ready, and when told pushes through it, as the other nodes of its
+// machine do at the same moment, and reports what passed in the window.
+func (n *node) crowdProbe(ctx context.Context, id uint64, push <-chan control.CrowdProbe) {
+	fail := func(err error) {
+		n.log.Warn("crowd probe failed", "err", err)
+		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id, Error: err.Error()}})
+	}
+	c, err := probe.StartCrowd(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer c.Close()
+	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id}})
+	var order control.CrowdProbe
+	select {
+	case order = <-push:
+	case <-time.After(maxProbeTime):
+		return // the server gave up on it
+	case <-ctx.Done():
+		return
+	}
+	settle := min(time.Duration(order.SettleMillis)*time.Millisecond, maxCrowdTime)
+	window := min(max(time.Duration(order.WindowMillis)*time.Millisecond, time.Millisecond), maxCrowdTime)
+	bytes, took, err := c.PushFor(settle, window)
+	if err != nil {
+		fail(err)
+		return
+	}
+	res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
+	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
+}
+
+// maxCrowdTime bounds each part of a crowd probe, whatever the order.
+const maxCrowdTime = time.Second

@@ -163,6 +163,23 @@ func probeStreams(ctx context.Context, buf []byte, copyRate float64, budget time
 	return stream, relay
 }
 
+// StartCrowd sets this node's data path up for a crowd's push and warms it.
+func StartCrowd(ctx context.Context) (*Crowd, error) {
+	buf := make([]byte, 1<<20)
+	StandardSample(buf, 1)
+	return startCrowd(ctx, buf)
+}
+
+// PathCost is the CPU time per byte, in seconds, of the whole loopback
+// pipeline relayCost times (sender, relay, child and reader), from the
+// figures probeStreams derives from it; 0 if one is missing.
+func PathCost(p capacity.Probe) float64 {
+	if p.RelayBytesPerSec <= 0 || p.NetStreamBytesPerSec <= 0 || p.MemcpyBytesPerSec <= 0 {
+		return 0
+	}
+	return 1/p.RelayBytesPerSec + 2/p.NetStreamBytesPerSec + 1/p.MemcpyBytesPerSec
+}
+
 // nicSpeed finds the interface holding ip (or the default route's) and
 // reads the speed it negotiated.
 func nicSpeed(ip net.IP) (string, float64, error) {

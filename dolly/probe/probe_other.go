@@ -23,3 +23,14 @@ func streamCost([]byte, time.Duration) (float64, error) { return 0, errProbeUnsu
 func relayCost(context.Context, []byte, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }
+
+// A Crowd is this node's data path, ready to push (Linux only).
+type Crowd struct{}
+
+func startCrowd(context.Context, []byte) (*Crowd, error) { return nil, errProbeUnsupported }
+
+func (*Crowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, error) {
+	return 0, 0, errProbeUnsupported
+}
+
+func (*Crowd) Close() {}

@@ -114,3 +114,30 @@ func TestRelayCostEndsWithItsStream(t *testing.T) {
 		}
 	}
 }
+
+// A crowd's push takes the bytes asked through the whole data path, and
+// leaves nothing running.
+func TestCrowdPushesThroughTheDataPath(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the relay path is probed on Linux only")
+	}
+	before := runtime.NumGoroutine()
+	for i := range 3 {
+		c, err := StartCrowd(t.Context())
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		const window = 50 * time.Millisecond
+		n, took, err := c.PushFor(time.Duration(i)*10*time.Millisecond, window)
+		c.Close()
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if n <= 0 || took < window {
+			t.Fatalf("run %d: counted %d bytes in %v, want some in at least %v", i, n, took, window)
+		}
+	}
+	if after := runtime.NumGoroutine(); after > before+2 {
+		t.Errorf("%d goroutines before, %d after three crowd runs", before, after)
+	}
+}

@@ -123,12 +123,20 @@ type Config struct {
 	// SpoolLimit bounds what one paced child may lag behind, in bytes;
 	// 0: half the room on the spool's file system when it is made.
 	SpoolLimit int64
+	// HistorySize is how many bytes back the relay can serve a child; 0
+	// is the default, more than two hops hold in flight. Only a relay
+	// that serves no failures, a probe's, should take less.
+	HistorySize int
 }
 
 // New makes a relay with no upstream and no children yet.
 func New(cfg Config) (*Relay, error) {
+	size := historySize
+	if cfg.HistorySize > 0 {
+		size = cfg.HistorySize
+	}
 	r := &Relay{
-		hist:       newHistory(historySize),
+		hist:       newHistory(size),
 		zeroCopy:   !cfg.NoSplice && spliceSupported,
 		serveLate:  cfg.ServeLate,
 		spoolDir:   cfg.SpoolDir,

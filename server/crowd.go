@@ -1,0 +1,206 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"dolly/capacity"
+	"dolly/dolly/control"
+	"dolly/dolly/probe"
+)
+
+// A machine that more nodes share than it has cores (the demo, an emulated
+// lab, a VM host) runs them slower than their figures say: one of them
+// measured the machine alone, and what they cost each other (wake-ups,
+// context switches, caches taken by the others, kernel work charged to no
+// one, cores left idle while they wait on one another) is not in its
+// figures. So before the plan every node of such a machine pushes through
+// its data path from the same moment, without a pause; what passes all of
+// them in a window when all push is the machine's throughput in a crowd,
+// which, against what the same path cost the lone node, says how much more
+// every CPU figure of that machine costs there (see crowd.slowdown).
+
+// crowdSettle is how long after the order to push the window opens: the
+// orders go out one by one, and each node must be pushing before any
+// counts. crowdWindow is the window; crowdWait bounds each of the two
+// rounds.
+const (
+	crowdSettle = 100 * time.Millisecond
+	crowdWindow = 200 * time.Millisecond
+	crowdWait   = 3 * time.Second
+)
+
+// crowd is what one crowded machine's nodes measured together.
+type crowd struct {
+	nodes int
+	cores int
+	rate  float64 // bytes per second of wall time, all the nodes' together
+	alone float64 // CPU seconds per byte of the same path, timed alone
+}
+
+// slowdown is how many times its lone cost the data path costs in the
+// crowd: all cores for the wall time, over the bytes, against the lone
+// node's CPU time per byte. Never less than 1: the crowd's sum is the
+// noisier figure, and a crowd is no faster than its members alone.
+func (c crowd) slowdown() float64 {
+	if c.rate <= 0 || c.alone <= 0 {
+		return 1
+	}
+	return max(1, float64(c.cores)/c.rate/c.alone)
+}
+
+// contention is the model's Machine.Contention for hosts hosts of a cast
+// on the machine: each pays this share more of its CPU cost per other
+// host, so that together they pay the measured slowdown on every figure
+// (the data path's, and the decoding's and writing's, which share the same
+// cores, caches and wake-ups).
+func (c crowd) contention(hosts int) float64 {
+	if hosts < 2 {
+		return 0
+	}
+	return min(1, (c.slowdown()-1)/float64(hosts-1))
+}
+
+// crowdedMachines returns the nodes of every machine that more hosts of
+// the cast share than it has cores, by machine, with the probe that
+// measured each alone.
+func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, map[string]*capacity.Probe) {
+	on := map[string][]*nodeState{}
+	alone := map[string]*capacity.Probe{}
+	for _, n := range ready {
+		on[n.machine] = append(on[n.machine], n)
+		if n.probe != nil && alone[n.machine] == nil {
+			alone[n.machine] = n.probe
+		}
+	}
+	src := s.sourceMachine(ready)
+	crowded := map[string][]*nodeState{}
+	for m, nodes := range on {
+		p := alone[m]
+		hosts := len(nodes)
+		if m == src {
+			hosts++
+		}
+		if m != "" && p != nil && probe.PathCost(*p) > 0 && len(nodes) >= 2 && hosts > p.Cores {
+			crowded[m] = nodes
+		}
+	}
+	return crowded, alone
+}
+
+// measureCrowds has the nodes of every crowded machine push their data
+// path at once, and returns what they found by machine, with notes for the
+// preview.
+func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[string]crowd, []string) {
+	crowded, alone := s.crowdedMachines(ready)
+	if len(crowded) == 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	defer func() { s.log.Debug("crowd probes", "machines", len(crowded), "took", time.Since(start)) }()
+	// Every node sets up and warms its data path first, so that all push
+	// from the same moment, each on the word of an idle machine.
+	id := uint64(time.Now().UnixNano())
+	ids := map[*nodeState]uint64{}
+	prepared := s.crowdRound(ctx, crowded, func(n *nodeState) control.CrowdProbe {
+		id++
+		ids[n] = id
+		return control.CrowdProbe{ID: id}
+	})
+	going := map[string][]*nodeState{}
+	var notes []string
+	for m, nodes := range crowded {
+		if why := prepared.missing(m, nodes); why != "" {
+			notes = append(notes, why)
+			continue
+		}
+		going[m] = nodes
+	}
+	pushed := s.crowdRound(ctx, going, func(n *nodeState) control.CrowdProbe {
+		return control.CrowdProbe{ID: ids[n], Go: true,
+			SettleMillis: int(crowdSettle.Milliseconds()), WindowMillis: int(crowdWindow.Milliseconds())}
+	})
+	crowds := map[string]crowd{}
+	for m, nodes := range going {
+		if why := pushed.missing(m, nodes); why != "" {
+			notes = append(notes, why)
+			continue
+		}
+		c := crowd{nodes: len(nodes), cores: alone[m].Cores, alone: probe.PathCost(*alone[m])}
+		for _, r := range pushed.results[m] {
+			c.rate += r.Rate
+		}
+		if c.rate <= 0 {
+			notes = append(notes, fmt.Sprintf("the %s on one machine pushed nothing through their data paths: the model counts what one measured alone", plural(len(nodes), "node")))
+			continue
+		}
+		crowds[m] = c
+		notes = append(notes, fmt.Sprintf("%s on one machine of %s pushed their data path at once: %s MB/s in all; the model counts every CPU figure of that machine at %.1f× what one node measured alone",
+			plural(c.nodes, "node"), plural(c.cores, "core"), mbps(c.rate), c.slowdown()))
+	}
+	slices.Sort(notes)
+	return crowds, notes
+}
+
+// crowdAnswers are the answers of one round of crowd probes.
+type crowdAnswers struct {
+	results map[string][]control.NetResult // by machine, good ones
+	failed  map[string]string              // by machine, an error
+}
+
+// missing says, for a note, why not all nodes of machine m answered well;
+// "" if they did. A node that did not took its share with it: the sum
+// would then understate the machine.
+func (a crowdAnswers) missing(m string, nodes []*nodeState) string {
+	if got := len(a.results[m]); got < len(nodes) {
+		return fmt.Sprintf("%d of the %s on one machine measured their data path together (%s): the model counts what one measured alone", got, plural(len(nodes), "node"), cmp.Or(a.failed[m], "no answer in time"))
+	}
+	return ""
+}
+
+// crowdRound sends each node of every machine its order, all at once, and
+// collects the answers.
+func (s *Server) crowdRound(ctx context.Context, machines map[string][]*nodeState, order func(*nodeState) control.CrowdProbe) crowdAnswers {
+	w := newNetWaiter()
+	s.mu.Lock()
+	s.netResults = w
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.netResults = nil
+		s.mu.Unlock()
+	}()
+	asked := map[uint64]string{}
+	var all []uint64
+	for m, nodes := range machines {
+		for _, n := range nodes {
+			o := order(n)
+			if n.conn.Send(control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &o}) == nil {
+				asked[o.ID] = m
+				all = append(all, o.ID)
+			}
+		}
+	}
+	a := crowdAnswers{results: map[string][]control.NetResult{}, failed: map[string]string{}}
+	for id, r := range w.wait(ctx, all, time.Now().Add(crowdWait)) {
+		if r.Error != "" {
+			a.failed[asked[id]] = r.Error
+			continue
+		}
+		a.results[asked[id]] = append(a.results[asked[id]], r)
+	}
+	return a
+}
+
+// sourceMachine is the machine key of the source, as the nodes' are made.
+func (s *Server) sourceMachine(ready []*nodeState) string {
+	if len(ready) == 0 {
+		return ""
+	}
+	ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+	return machineKey(probe.MachineID(), probe.MACs(), ip.String())
+}
