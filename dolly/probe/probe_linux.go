@@ -61,7 +61,10 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	if err != nil {
 		return diskProbe{}, err
 	}
-	region := min(size/2/probeBlock*probeBlock, 64<<20)
+	// As much as the budget allows, up to half the target: a few dozen
+	// megabytes would time a drive's (or a VM host's) write cache, not
+	// the rate it sustains over a cast.
+	region := min(size/2/probeBlock*probeBlock, maxProbeRegion)
 	if region < probeBlock {
 		return diskProbe{}, fmt.Errorf("%s is too small to measure", path)
 	}
@@ -128,8 +131,16 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			return diskProbe{}, err
 		}
 	}
-	if err := pass(time.Now().Add(budget), true); err != nil {
+	began := time.Now()
+	if err := pass(began.Add(budget), true); err != nil {
 		return diskProbe{}, err
+	}
+	// Through the page cache the disk writes back while the probe reads
+	// (as it does while a cast receives), so only the whole pass, final
+	// sync included, says what it sustains; an O_DIRECT write is done when
+	// it returns, and the reads between are not the disk's writing.
+	if !outDirect {
+		spent = time.Since(began)
 	}
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
 	if outDirect {
@@ -140,6 +151,9 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	}
 	return diskProbe{rate: rate(wrote, spent), cpuRate: rate(wrote, cpu), how: how}, nil
 }
+
+// maxProbeRegion bounds what the target write probe rewrites.
+const maxProbeRegion = 1 << 30
 
 func rate(n int64, d time.Duration) float64 {
 	if d <= 0 {
