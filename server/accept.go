@@ -134,7 +134,7 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	s.mu.Unlock()
 	w := control.Welcome{Cast: cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
-		MeasureTarget: s.confirmed(), Probe: n.probes}
+		MeasureTarget: s.confirmed(), Probe: n.probes, SkipDecoders: s.unusedDecoders()}
 	if s.signer != nil {
 		w.SignKey = s.signer.Public().(ed25519.PublicKey)
 		w.SignKeySig = control.SignSignKey(s.identity, cast, w.SignKey)
@@ -210,4 +210,18 @@ func (s *Server) authenticate(c *control.Conn, h *control.Hello) bool {
 	fmt.Fprintf(s.cfg.Out, "  refused %s from %s: %v\n", h.Name, c.RemoteAddr(), err)
 	c.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})
 	return false
+}
+
+// unusedDecoders are the codecs no plan of this cast decodes at a node: a
+// compressed image is sent as stored or decoded at the source, and a raw
+// one is compressed with zstd, if at all; -compress no decodes nothing.
+func (s *Server) unusedDecoders() []string {
+	var unused []string
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
+		sent := enc == s.img.Encoding || (!s.img.Encoding.Compressed() && enc == imaging.Zstd)
+		if !sent || s.cfg.Compress == CompressNo {
+			unused = append(unused, enc.String())
+		}
+	}
+	return unused
 }

@@ -111,6 +111,7 @@ func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[str
 		ids[n] = id
 		return control.CrowdProbe{ID: id}
 	})
+	s.log.Debug("crowd prepared", "took", time.Since(start))
 	going := map[string][]*nodeState{}
 	var notes []string
 	for m, nodes := range crowded {

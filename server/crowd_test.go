@@ -2,7 +2,10 @@ package server
 
 import (
 	"math"
+	"slices"
 	"testing"
+
+	"dolly/imaging"
 )
 
 func TestCrowdSlowdownAndContention(t *testing.T) {
@@ -33,5 +36,27 @@ func TestCrowdSlowdownAndContention(t *testing.T) {
 				t.Errorf("contention(%d) = %v, want %v", tt.hosts, got, tt.contention)
 			}
 		})
+	}
+}
+
+// A node times only the decoders some plan of the cast would use.
+func TestUnusedDecoders(t *testing.T) {
+	tests := []struct {
+		stored   imaging.Encoding
+		compress Compress
+		want     []string
+	}{
+		{imaging.Raw, CompressAuto, []string{"gzip"}},
+		{imaging.Raw, CompressYes, []string{"gzip"}},
+		{imaging.Raw, CompressNo, []string{"zstd", "gzip"}},
+		{imaging.Zstd, CompressAuto, []string{"gzip"}},
+		{imaging.Gzip, CompressAuto, []string{"zstd"}},
+		{imaging.Gzip, CompressNo, []string{"zstd", "gzip"}},
+	}
+	for _, tt := range tests {
+		s := &Server{cfg: Config{Compress: tt.compress}, img: &imaging.Image{Encoding: tt.stored}}
+		if got := s.unusedDecoders(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s image, -compress %s: unused %q, want %q", tt.stored, tt.compress, got, tt.want)
+		}
 	}
 }

@@ -150,6 +150,9 @@ type Welcome struct {
 	// the first node of each machine does, and the others of that machine
 	// share its figures, as they share its hardware.
 	Probe bool `json:"probe,omitempty"`
+	// SkipDecoders are the codecs no plan of this cast decodes: the probe
+	// need not time them.
+	SkipDecoders []string `json:"skip_decoders,omitempty"`
 	// DataToken, in a cast without a key, is the node's own: a peer opening
 	// its data connection must prove it knows it (see stream.NewToken).
 	DataToken []byte `json:"data_token,omitempty"`

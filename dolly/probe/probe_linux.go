@@ -79,7 +79,8 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	// imaging.WriteBehind), and so does the probe: a first pass, untimed,
 	// leaves the pages a cast recycles after its first megabytes, so the
 	// timed pass pays what a cast pays all along, not for fresh memory
-	// (which costs far more in a virtual machine).
+	// (which costs far more in a virtual machine). An eighth of the budget
+	// writes more than the write-behind keeps in flight.
 	behind := (*imaging.WriteBehind)(nil)
 	if !outDirect {
 		behind = imaging.NewWriteBehind(out)
@@ -127,7 +128,7 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 		return nil
 	}
 	if behind != nil {
-		if err := pass(time.Now().Add(budget/3), false); err != nil {
+		if err := pass(time.Now().Add(budget/8), false); err != nil {
 			return diskProbe{}, err
 		}
 	}

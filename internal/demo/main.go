@@ -71,6 +71,10 @@ func run() error {
 		}
 		targets = append(targets, t)
 	}
+	// A lab's image and disks sit on their disks long before a cast; the
+	// demo's were just written, and their writeback would share this
+	// machine's one disk with the nodes' probes and the cast.
+	syscall.Sync()
 
 	fmt.Printf("demo: dolly-server -image nt.img %s -nodes %d -yes, and %d nodes on 127.0.0.1\n\n", *topo, *nodes, *nodes)
 	report := filepath.Join(dir, "report.json")
