@@ -54,7 +54,12 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 		ScaleDecode(&net, opt.Compression.Codec, f)
 		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
 	}
-	if r := s.profile.EncodeRate; r > 0 && opt.Compression.Codec != "" {
+	if s.cfg.Compress == CompressNo {
+		// No plan compresses, and the nodes timed no decoder for one
+		// (see unusedDecoders).
+		opt.Compression = capacity.Compression{}
+	}
+	if r := s.profile.EncodeRate; r > 0 && opt.Compression.Enabled() {
 		SetSourceEncode(&net, opt.Compression.Codec, r)
 		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, should the source compress it", mbps(r)))
 	}
