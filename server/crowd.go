@@ -166,15 +166,8 @@ func (a crowdAnswers) missing(m string, nodes []*nodeState) string {
 // crowdRound sends each node of every machine its order, all at once, and
 // collects the answers.
 func (s *Server) crowdRound(ctx context.Context, machines map[string][]*nodeState, order func(*nodeState) control.CrowdProbe) crowdAnswers {
-	w := newNetWaiter()
-	s.mu.Lock()
-	s.netResults = w
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.netResults = nil
-		s.mu.Unlock()
-	}()
+	w, release := s.awaitNetResults()
+	defer release()
 	asked := map[uint64]string{}
 	var all []uint64
 	for m, nodes := range machines {

@@ -108,15 +108,8 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}}
 	var notes []string
 	d := s.cfg.NetProbe
-	w := newNetWaiter()
-	s.mu.Lock()
-	s.netResults = w
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.netResults = nil
-		s.mu.Unlock()
-	}()
+	w, release := s.awaitNetResults()
+	defer release()
 	id := uint64(time.Now().UnixNano()) // unique for this server's probes
 
 	// The star: the source to every node at once.
@@ -244,5 +237,19 @@ func (f netFigures) settle(ready []*nodeState) {
 				f.ringUp[n.name] = median
 			}
 		}
+	}
+}
+
+// awaitNetResults routes the nodes' net-results to a new waiter until
+// release.
+func (s *Server) awaitNetResults() (w *netWaiter, release func()) {
+	w = newNetWaiter()
+	s.mu.Lock()
+	s.netResults = w
+	s.mu.Unlock()
+	return w, func() {
+		s.mu.Lock()
+		s.netResults = nil
+		s.mu.Unlock()
 	}
 }

@@ -44,8 +44,8 @@ writes to the target the server names (dolly-server -target).
 dolly exits 0 only when its target holds the image and the server has
 confirmed the digest.
 
-When it joins, the node measures itself in about a second (dolly probe shows
-the figures): link speed, the target's write rate (written back with the bytes
+When it joins, the node measures itself in one to three seconds (dolly probe
+shows the figures): link speed, the target's write rate (written back with the bytes
 it held, so nothing changes), memory copy, CRC-32C and decompression rates. The
 server's capacity model predicts each plan's rate from them.
 
@@ -154,7 +154,9 @@ It reports the link speed of the interface facing the server (or of the
 default route), the target's sequential write rate, and the memory copy,
 CRC-32C and decompression rates. The target is measured by writing back the
 bytes just read from it, so its content does not change; a mounted block device
-is not measured. It takes about a second.
+is not measured. It takes one to three seconds, the target's write rate most:
+it rewrites as much as a second allows (up to half the target and 1 GiB), so
+that the rate is what the disk sustains, not its write cache.
 
 Options:
 `
