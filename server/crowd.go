@@ -103,7 +103,8 @@ func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[str
 	start := time.Now()
 	defer func() { s.log.Debug("crowd probes", "machines", len(crowded), "took", time.Since(start)) }()
 	// Every node sets up and warms its data path first, so that all push
-	// from the same moment, each on the word of an idle machine.
+	// from the same moment and none is still setting up while the others
+	// count.
 	id := uint64(time.Now().UnixNano())
 	ids := map[*nodeState]uint64{}
 	prepared := s.crowdRound(ctx, crowded, func(n *nodeState) control.CrowdProbe {
