@@ -100,6 +100,9 @@ func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[str
 	if len(crowded) == 0 {
 		return nil, nil
 	}
+	for _, nodes := range crowded {
+		fmt.Fprintf(s.cfg.Out, "measuring what the %s on one machine cost each other: all push their data path at once\n", plural(len(nodes), "node"))
+	}
 	start := time.Now()
 	defer func() { s.log.Debug("crowd probes", "machines", len(crowded), "took", time.Since(start)) }()
 	// Every node sets up and warms its data path first, so that all push
