@@ -19,6 +19,7 @@ import (
 	"dolly/dolly/castkey"
 	"dolly/dolly/control"
 	"dolly/dolly/probe"
+	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/units"
@@ -165,6 +166,10 @@ type Server struct {
 	probed chan struct{} // closed once the source's own probe is done
 	probe  probe.Report
 
+	// history is memory for the source relay's history, mapped while the
+	// nodes join (see relay.NewHistory); the first source takes it.
+	history []byte
+
 	fingerprint string // of the image, for nodes that come back
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
@@ -261,6 +266,10 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	} else {
 		fmt.Fprintln(s.cfg.Out, "waiting for nodes; press Enter to start with the nodes that have joined")
 	}
+	history := relay.NewHistory()
+	s.mu.Lock()
+	s.history = history
+	s.mu.Unlock()
 	select {
 	case <-s.scanned:
 	case <-ctx.Done():

@@ -56,7 +56,11 @@ type feed struct {
 func (s *Server) newSource(ctx context.Context, send imaging.Encoding, skip int64) (*source, error) {
 	// The source has no disk to write, and nodes may need the end of the
 	// stream after it was sent.
-	f, err := s.newFeed(ctx, send, relay.Config{NoLocalCopy: true, ServeLate: true})
+	s.mu.Lock()
+	history := s.history
+	s.history = nil
+	s.mu.Unlock()
+	f, err := s.newFeed(ctx, send, relay.Config{NoLocalCopy: true, ServeLate: true, History: history})
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	n.initial = a.Children
 	// The node serves children that come late (their upstream died) from
 	// its history for as long as it is up.
-	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir})
+	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir, History: n.history})
 	if err != nil {
 		return Result{}, n.fail(err.Error())
 	}

@@ -166,7 +166,7 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 		if a, ok := local.(*net.TCPAddr); ok {
 			localIP = a.IP
 		}
-		cfg := probe.Config{Name: n.cfg.Name, LocalIP: localIP, Buffered: n.cfg.Buffered, SkipDecoders: n.welcome.SkipDecoders}
+		cfg := probe.Config{Name: n.cfg.Name, LocalIP: localIP, Buffered: n.cfg.Buffered, SkipDecoders: n.welcome.SkipDecoders, RelayHistory: n.history} // the cast's, already mapped
 		if n.welcome.MeasureTarget {
 			cfg.Target = n.target
 		}

@@ -40,8 +40,8 @@ func (p *relayPipe) waitRead(n int64) bool {
 }
 
 // startRelayPipe sets a relayPipe up; close releases it, whatever ran.
-// history is the relay's history size (0: the cast's).
-func startRelayPipe(ctx context.Context, history int) (p *relayPipe, err error) {
+// history is the relay's history (nil: one of the cast's size).
+func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	p = &relayPipe{}
 	p.readMore = sync.NewCond(&p.mu)
@@ -67,7 +67,7 @@ func startRelayPipe(ctx context.Context, history int) (p *relayPipe, err error) 
 		return nil, err
 	}
 	closers = append(closers, down)
-	p.relay, err = relay.New(relay.Config{HistorySize: history})
+	p.relay, err = relay.New(relay.Config{History: history})
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ type Crowd struct {
 // startCrowd sets a relayPipe up and warms it: its history touched, its
 // socket buffers grown, as a cast's are after its first megabytes.
 func startCrowd(ctx context.Context, buf []byte) (*Crowd, error) {
-	p, err := startRelayPipe(ctx, crowdHistory)
+	p, err := startRelayPipe(ctx, make([]byte, crowdHistory))
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,10 @@ type Config struct {
 	// Buffered measures writes to a block device through the page cache,
 	// as a node run with Buffered writes them; otherwise with O_DIRECT.
 	Buffered bool
+	// RelayHistory is the history the relay probe uses (relay.NewHistory;
+	// nil: one of its own). The node's cast reuses it: the probe has
+	// already paid for mapping its pages.
+	RelayHistory []byte
 }
 
 // Report is a probe with what people need to read it.
@@ -116,7 +120,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	// sooner.
 	r.MemcpyBytesPerSec = measure(cfg.Budget/5, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget/5, func() int { imaging.CRC32C(src); return len(src) })
-	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, r.MemcpyBytesPerSec, cfg.Budget, note)
+	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, note)
 	dst = nil
 	sample := src[:2<<20]
 	r.DecompressBytesPerSec = map[string]float64{}
@@ -151,7 +155,7 @@ func Run(ctx context.Context, cfg Config) Report {
 // cost the CPU, as the rates one core reaches (see streamCost, relayCost).
 // A stream's rate counts one half of it (a send or a receive): its cost
 // less the sender's copy, over two.
-func probeStreams(ctx context.Context, buf []byte, copyRate float64, budget time.Duration, note func(string, ...any)) (stream, relay float64) {
+func probeStreams(ctx context.Context, buf, history []byte, copyRate float64, budget time.Duration, note func(string, ...any)) (stream, relay float64) {
 	streamed, err := streamCost(buf, budget)
 	if err != nil {
 		note("TCP stream cost: %v", err)
@@ -160,7 +164,7 @@ func probeStreams(ctx context.Context, buf []byte, copyRate float64, budget time
 	if half := (streamed - 1/copyRate) / 2; copyRate > 0 && half > 0 {
 		stream = 1 / half
 	}
-	relayed, err := relayCost(ctx, buf, budget)
+	relayed, err := relayCost(ctx, buf, history, budget)
 	if err != nil {
 		note("relay cost: %v", err)
 		return stream, 0

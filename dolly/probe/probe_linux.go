@@ -266,10 +266,10 @@ func streamCost(buf []byte, budget time.Duration) (float64, error) {
 // does before writing. Less streamCost, that is one node's work in a
 // chain: its stream in and out, the relay's splices and tee, the copy
 // into its history and the check.
-func relayCost(ctx context.Context, buf []byte, budget time.Duration) (float64, error) {
+func relayCost(ctx context.Context, buf, history []byte, budget time.Duration) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget+3*time.Second)
 	defer cancel()
-	p, err := startRelayPipe(ctx, 0)
+	p, err := startRelayPipe(ctx, history)
 	if err != nil {
 		return 0, err
 	}

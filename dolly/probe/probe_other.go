@@ -20,7 +20,7 @@ func probeRead(context.Context, string, time.Duration) (float64, error) {
 
 func streamCost([]byte, time.Duration) (float64, error) { return 0, errProbeUnsupported }
 
-func relayCost(context.Context, []byte, time.Duration) (float64, error) {
+func relayCost(context.Context, []byte, []byte, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }
 

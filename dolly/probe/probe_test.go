@@ -105,7 +105,7 @@ func TestRelayCostEndsWithItsStream(t *testing.T) {
 	StandardSample(buf, 1)
 	for i := range 10 {
 		start := time.Now()
-		cost, err := relayCost(t.Context(), buf, time.Millisecond)
+		cost, err := relayCost(t.Context(), buf, nil, time.Millisecond)
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}

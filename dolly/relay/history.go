@@ -41,8 +41,8 @@ type history struct {
 // upstream: more than the bytes in flight over two hops.
 const historySize = 32 << 20
 
-func newHistory(size int) *history {
-	h := &history{buf: make([]byte, size), holds: map[*int64]struct{}{}, lent: -1}
+func newHistory(buf []byte) *history {
+	h := &history{buf: buf, holds: map[*int64]struct{}{}, lent: -1}
 	h.cond = sync.NewCond(&h.mu)
 	h.readable = sync.NewCond(&h.mu)
 	return h

@@ -12,7 +12,7 @@ import (
 
 func TestHistoryPassesEverythingThrough(t *testing.T) {
 	data := randomBytes(5<<20+77, 9)
-	h := newHistory(64 << 10)
+	h := newHistory(make([]byte, 64<<10))
 	go fill(h, iotest.HalfReader(bytes.NewReader(data)))
 	got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(h, 100)))
 	if err != nil {
@@ -30,7 +30,7 @@ func TestHistoryPassesEverythingThrough(t *testing.T) {
 func TestHistoryServesRecentBytes(t *testing.T) {
 	data := randomBytes(3<<20, 10)
 	const size = 1 << 20
-	h := newHistory(size)
+	h := newHistory(make([]byte, size))
 	done := make(chan error, 1)
 	go func() { done <- fill(h, bytes.NewReader(data)) }()
 	// Read 2 MiB; the history then holds the last 1 MiB of what was read
@@ -67,7 +67,7 @@ func TestHistoryServesRecentBytes(t *testing.T) {
 
 // A hold keeps the history from moving past it: filling waits.
 func TestHistoryHoldBlocksFilling(t *testing.T) {
-	h := newHistory(1 << 16)
+	h := newHistory(make([]byte, 1<<16))
 	r := rand.New(rand.NewPCG(1, 1))
 	src := io.LimitReader(readerFunc(func(p []byte) (int, error) {
 		for i := range p {
@@ -109,7 +109,7 @@ func TestHistoryLendsTheStreamInPlace(t *testing.T) {
 	data := randomBytes(1<<20+5, 11)
 	const size = 256 << 10
 	for _, loan := range []int{1, 1000, 64 << 10, size / 2, size/2 + 1, size} {
-		h := newHistory(size)
+		h := newHistory(make([]byte, size))
 		go fill(h, iotest.HalfReader(bytes.NewReader(data)))
 		var got []byte
 		for len(got) < len(data) {
@@ -137,7 +137,7 @@ func TestHistoryLendsTheStreamInPlace(t *testing.T) {
 // A loan that the stream ends in the middle of is a truncation, and the
 // relay learns that the reader has taken all it could.
 func TestHistoryLoanCutShort(t *testing.T) {
-	h := newHistory(1 << 20)
+	h := newHistory(make([]byte, 1<<20))
 	go fill(h, bytes.NewReader(randomBytes(1000, 12)))
 	if _, err := h.Lend(600); err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestHistoryLoanCutShort(t *testing.T) {
 	if _, err := h.Lend(600); err != io.ErrUnexpectedEOF {
 		t.Fatalf("loan past the end: %v, want %v", err, io.ErrUnexpectedEOF)
 	}
-	h2 := newHistory(1 << 20)
+	h2 := newHistory(make([]byte, 1<<20))
 	pr, pw := io.Pipe()
 	go fill(h2, pr)
 	pw.Write(randomBytes(1000, 13))
