@@ -35,7 +35,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          relay's path was probed whole (relay, for one child), it stands
 //	          for the first three terms: (w/relay + (o-1)·w/net) at least w/(2·relay),
 //	          and decompress the decoder's rate in raw bytes of this image (zero
-//	          runs included: they decode fast, but not for free)
+//	          runs included: they decode fast, but not for free);
+//	          plus (1+o)·w·pace, what each stream costs more at the pace of
+//	          the node's link than over loopback (Resources.paceCost)
 //	decoding thread, when decompression cannot spread over cores: the one
 //	goroutine that decodes also gathers, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
@@ -63,6 +65,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		path = max(path+(o-1)*share(r.CPU.Net), path/2)
 		cpu = w*path + d*write
 	}
+	cpu += (1 + o) * w * r.paceCost()
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)
 		if err != nil {

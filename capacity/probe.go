@@ -43,6 +43,10 @@ type Probe struct {
 	// (the target's write is apart). Zero: not measured; the model then
 	// adds up the stream, copy and digest rates instead.
 	RelayBytesPerSec float64 `json:"relay_bytes_per_sec,omitempty"`
+	// LinkStreamBytesPerSec is the rate one core can receive a stream at
+	// while it sends one, both at the pace of the node's link (the ring of
+	// bandwidth probes; see CPURates.Link). Zero: not measured.
+	LinkStreamBytesPerSec float64 `json:"link_stream_bytes_per_sec,omitempty"`
 }
 
 // NetStreamCopyRatio relates the CPU cost of one kernel TCP stream to a
@@ -75,6 +79,7 @@ func (p Probe) Resources(role Role) Resources {
 		CPU: CPURates{
 			Net:        net,
 			Relay:      p.RelayBytesPerSec,
+			Link:       p.LinkStreamBytesPerSec,
 			Disk:       p.DiskWriteCPUBytesPerSec,
 			Copy:       p.MemcpyBytesPerSec,
 			Digest:     p.DigestBytesPerSec,

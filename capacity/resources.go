@@ -58,7 +58,14 @@ type CPURates struct {
 	// Relay is a chain node's whole data path, but for the target's write:
 	// its stream in and out, the relay's splices, the copy into its history
 	// and the check. Zero: the sum of the Net, Copy and Digest terms.
-	Relay  float64
+	Relay float64
+	// Link is a stream received and one sent at the pace of the host's
+	// link, through read(2) and write(2), per byte each way: a link
+	// spreads the packets out, so that each wake-up carries less than over
+	// loopback, where Net and Relay are measured, and a byte costs more.
+	// What it costs beyond two streams and two copies is added to each
+	// stream of the host, half of it per stream. Zero: not measured.
+	Link   float64
 	Disk   float64 // drive one disk transfer (the paper's 80 MB/s SCSI)
 	Copy   float64 // memory-to-memory copy (read(2), write(2), pipes)
 	Digest float64 // CRC32C or zero-run scan: one read pass over the data
@@ -67,6 +74,17 @@ type CPURates struct {
 	// Compress maps a codec to the rate the source compresses raw data at
 	// when a plan sends a raw image compressed (input bytes per second).
 	Compress map[string]float64
+}
+
+// paceCost is the CPU share per byte that one stream costs beyond its
+// loopback figures at the pace of the host's link: half of what the link's
+// stream in and out cost beyond two streams and two copies (CPURates.Link).
+// 0 when not measured, or when the link costs no more.
+func (r Resources) paceCost() float64 {
+	if r.CPU.Link <= 0 {
+		return 0
+	}
+	return max(0, share(r.CPU.Link)-2*share(r.CPU.Net)-2*share(r.CPU.Copy)) / 2
 }
 
 // cores returns the CPU capacity, one core when unset.

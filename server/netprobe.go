@@ -24,11 +24,19 @@ import (
 // bounded by bytes before its time.
 const netProbeBytes = 256 << 20
 
+// ringCPUBytes is the least a node must receive in the ring for its CPU
+// time per byte to count: below it, the CPU clock's grain shows.
+const ringCPUBytes = 1 << 20
+
 // netFigures is what the probes measured, per node in bytes per second.
 type netFigures struct {
 	star   map[string]float64 // each node's share while the source sent to all
 	ringIn map[string]float64 // what each node received from the one before it
 	ringUp map[string]float64 // what the next node received from it
+	// ringCPU is each node's CPU time per byte it received in the ring,
+	// while it sent as much: what a stream in and out at its link's pace
+	// costs it.
+	ringCPU map[string]float64
 	took   time.Duration
 	crowds map[string]crowd // by machine key: what a crowded machine's nodes measured at once
 }
@@ -105,7 +113,7 @@ func (w *netWaiter) wait(ctx context.Context, ids []uint64, deadline time.Time) 
 // s.cfg.NetProbe.
 func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFigures, []string) {
 	start := time.Now()
-	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}}
+	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}, ringCPU: map[string]float64{}}
 	var notes []string
 	d := s.cfg.NetProbe
 	w, release := s.awaitNetResults()
@@ -164,6 +172,9 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 				failed = append(failed, fmt.Sprintf("%s to %s: %s", n.name, next.name, r.Error))
 			default:
 				f.ringUp[n.name], f.ringIn[next.name] = r.Rate, r.Rate
+				if r.CPU > 0 && r.Bytes >= ringCPUBytes {
+					f.ringCPU[next.name] = r.CPU / float64(r.Bytes)
+				}
 			}
 		}
 	}
@@ -204,8 +215,19 @@ func (f netFigures) describe(ready []*nodeState) string {
 		}
 		hi = max(hi, r)
 	}
-	return fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
+	s := fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
 		formatDuration(f.took), mbps(f.sourceLink()), plural(len(ready), "node"), mbps(lo), mbps(hi))
+	var cpu []float64
+	for _, n := range ready {
+		if c := f.ringCPU[n.name]; c > 0 {
+			cpu = append(cpu, c)
+		}
+	}
+	if len(cpu) > 0 {
+		slices.Sort(cpu)
+		s += fmt.Sprintf(", at %.1f ns of CPU per byte in and out (the median node)", cpu[len(cpu)/2]*1e9)
+	}
+	return s
 }
 
 // settleBand is how far a node's measured link may lie from the lab's

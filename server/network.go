@@ -125,6 +125,9 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		p := probeFor(n.name, own)
 		if !n.loopback() {
 			withMeasuredLink(&p, figs.link(n.name))
+			if c := figs.ringCPU[n.name]; c > 0 {
+				p.LinkStreamBytesPerSec = 1 / c
+			}
 		}
 		probes = append(probes, p)
 		switch {

@@ -267,6 +267,11 @@ type NetResult struct {
 	ID    uint64  `json:"id"`
 	Bytes int64   `json:"bytes,omitempty"`
 	Rate  float64 `json:"rate,omitempty"`
+	// CPU is the CPU time, in seconds, the receiving node's process used
+	// while it counted a bandwidth probe: in a ring, where it sends its
+	// own at the same time, what a stream in and out at the link's pace
+	// costs it.
+	CPU   float64 `json:"cpu,omitempty"`
 	Error string  `json:"error,omitempty"`
 }
 

@@ -45,8 +45,10 @@ func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
 // receiveProbe counts probe id arriving on c and reports it.
 func (n *node) receiveProbe(c net.Conn, id uint64) {
 	defer c.Close()
+	cpu := probe.ProcessCPU()
 	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
-	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate}})
+	res := control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate, CPU: (probe.ProcessCPU() - cpu).Seconds()}
+	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 
 // crowdProbe sets the node's data path up for crowd probe id, says it is

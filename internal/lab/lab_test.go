@@ -152,6 +152,10 @@ func TestAutoPicksAChainOverShapedLinks(t *testing.T) {
 	if !strings.Contains(c.log("server"), "links measured") {
 		t.Errorf("the preview does not say the links were measured:\n%s", c.log("server"))
 	}
+	// What a stream at the links' pace costs the nodes is measured too.
+	if !strings.Contains(c.log("server"), "ns of CPU per byte in and out") {
+		t.Errorf("the preview does not say what a stream at the links' pace costs:\n%s", c.log("server"))
+	}
 	// The links hold every node to one rate; the preview must be near it
 	// (the bench holds it to 15%; a test on a busy machine gets more room).
 	var sum float64
