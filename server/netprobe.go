@@ -37,8 +37,8 @@ type netFigures struct {
 	// while it sent as much: what a stream in and out at its link's pace
 	// costs it.
 	ringCPU map[string]float64
-	took   time.Duration
-	crowds map[string]crowd // by machine key: what a crowded machine's nodes measured at once
+	took    time.Duration
+	crowds  map[string]crowd // by machine key: what a crowded machine's nodes measured at once
 }
 
 // link is the node's measured link rate: the faster of its two ring
