@@ -46,10 +46,17 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 	p = &relayPipe{}
 	p.readMore = sync.NewCond(&p.mu)
 	var closers []io.Closer
+	// stopped is closed once the relay's Run has returned: close waits
+	// for it, since the history may be the cast's (Config.RelayHistory),
+	// which no stopping relay may write once the cast has it.
+	var stopped chan struct{}
 	p.close = func() {
 		cancel()
 		for _, c := range closers {
 			c.Close()
+		}
+		if stopped != nil {
+			<-stopped
 		}
 	}
 	defer func() {
@@ -72,7 +79,11 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 		return nil, err
 	}
 	ran := make(chan error, 1)
-	go func() { ran <- p.relay.Run(ctx) }()
+	stopped = make(chan struct{})
+	go func() {
+		ran <- p.relay.Run(ctx)
+		close(stopped)
+	}()
 	sank := discardOne(down)
 	child, err := net.Dial("tcp", down.Addr().String())
 	if err != nil {
