@@ -321,6 +321,10 @@ func TestCastMeasuresTheNetwork(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", want, r.out)
 				}
 			}
+			// Nor does it cost a stream at a link's pace that is not there.
+			if strings.Contains(r.out, "ns of CPU per byte in and out") {
+				t.Errorf("the preview costs loopback as a link's pace:\n%s", r.out)
+			}
 			if strings.Contains(r.out, "probes failed") || strings.Contains(r.out, "link speed unknown") {
 				t.Errorf("a link went unmeasured:\n%s", r.out)
 			}

@@ -217,9 +217,10 @@ func (f netFigures) describe(ready []*nodeState) string {
 	}
 	s := fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
 		formatDuration(f.took), mbps(f.sourceLink()), plural(len(ready), "node"), mbps(lo), mbps(hi))
+	// Over loopback the ring is no link, and the model leaves its CPU out.
 	var cpu []float64
 	for _, n := range ready {
-		if c := f.ringCPU[n.name]; c > 0 {
+		if c := f.ringCPU[n.name]; c > 0 && !n.loopback() {
 			cpu = append(cpu, c)
 		}
 	}
