@@ -1,9 +1,11 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"path/filepath"
@@ -42,7 +44,22 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 		ch = fallbackChoice(names, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding, err)
 	}
 	ch.Notes = append(notes, ch.Notes...)
+	s.logTightest(ch.Result)
 	return ch
+}
+
+// logTightest logs, for -v, the constraints of the chosen plan that allow
+// the least rate, tightest first: what the plan is one step from being
+// bound by, when its prediction and the cast disagree.
+func (s *Server) logTightest(r capacity.Result) {
+	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	cs := slices.Clone(r.Constraints)
+	slices.SortFunc(cs, func(a, b capacity.Constraint) int { return cmp.Compare(a.Bound(), b.Bound()) })
+	for _, c := range cs[:min(len(cs), 6)] {
+		s.log.Debug("model constraint", "plan", planName(r), "constraint", c.String())
+	}
 }
 
 // model is what the capacity model plans from: the network of the source

@@ -81,43 +81,55 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	// (which costs far more in a virtual machine). An eighth of the budget
 	// writes more than the write-behind keeps in flight.
 	behind := (*imaging.WriteBehind)(nil)
+	// The reads are not timed: a cast does not read its target. Through
+	// the page cache they go a chunk at a time, and each chunk is written
+	// back and on the disk before the next is read, so that the disk
+	// writes only while the clock runs; an O_DIRECT write is on the disk
+	// when it returns, so there a block is a chunk.
+	chunk := int64(probeBlock)
 	if !outDirect {
 		behind = imaging.NewWriteBehind(out)
+		chunk = probeChunk
 	}
-	buf := imaging.AlignedBuffer(probeBlock)
+	buf := imaging.AlignedBuffer(int(chunk))
 	var wrote int64
 	var spent, cpu time.Duration
 	// The write's cost counts the kernel threads' work for it too (a loop
 	// device's worker, writeback), but not the reads'.
 	kernel := FindKernelThreads()
 	pass := func(deadline time.Time, timed bool) error {
-		for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += probeBlock {
-			if _, err := in.ReadAt(buf, off); err != nil {
-				return fmt.Errorf("reading %s: %w", path, err)
+		for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += chunk {
+			n := min(chunk, start+region-off)
+			for b := int64(0); b < n; b += probeBlock {
+				if _, err := in.ReadAt(buf[b:b+probeBlock], off+b); err != nil {
+					return fmt.Errorf("reading %s: %w", path, err)
+				}
 			}
-			unix.Fadvise(int(out.Fd()), off, probeBlock, unix.FADV_DONTNEED)
+			unix.Fadvise(int(out.Fd()), off, n, unix.FADV_DONTNEED)
 			kernel.Since()
 			t, c := time.Now(), ProcessCPU()
-			if _, err := out.WriteAt(buf, off); err != nil {
-				return fmt.Errorf("writing %s: %w", path, err)
+			for b := int64(0); b < n; b += probeBlock {
+				if _, err := out.WriteAt(buf[b:b+probeBlock], off+b); err != nil {
+					return fmt.Errorf("writing %s: %w", path, err)
+				}
+				if behind != nil {
+					if err := behind.Wrote(off+b, probeBlock); err != nil {
+						return fmt.Errorf("writing %s: %w", path, err)
+					}
+				}
 			}
 			if behind != nil {
-				if err := behind.Wrote(off, probeBlock); err != nil {
+				if err := behind.Finish(); err != nil {
 					return fmt.Errorf("writing %s: %w", path, err)
 				}
 			}
 			if timed {
 				spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c+kernel.Since()
-				wrote += probeBlock
+				wrote += n
 			}
 		}
 		kernel.Since()
 		t, c := time.Now(), ProcessCPU()
-		if behind != nil {
-			if err := behind.Finish(); err != nil {
-				return fmt.Errorf("writing %s: %w", path, err)
-			}
-		}
 		if err := out.Sync(); err != nil {
 			return err
 		}
@@ -131,16 +143,8 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			return diskProbe{}, err
 		}
 	}
-	began := time.Now()
-	if err := pass(began.Add(budget), true); err != nil {
+	if err := pass(time.Now().Add(budget), true); err != nil {
 		return diskProbe{}, err
-	}
-	// Through the page cache the disk writes back while the probe reads
-	// (as it does while a cast receives), so only the whole pass, final
-	// sync included, says what it sustains; an O_DIRECT write is done when
-	// it returns, and the reads between are not the disk's writing.
-	if !outDirect {
-		spent = time.Since(began)
 	}
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
 	if outDirect {
@@ -152,8 +156,11 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	return diskProbe{rate: rate(wrote, spent), cpuRate: rate(wrote, cpu), how: how}, nil
 }
 
-// maxProbeRegion bounds what the target write probe rewrites.
-const maxProbeRegion = 1 << 30
+// maxProbeRegion bounds what the target write probe rewrites; probeChunk
+// is what it reads ahead of writing through the page cache: several times
+// what the node writes behind at once (see imaging.WriteBehind), so that
+// starting each chunk leaves the disk idle only briefly.
+const maxProbeRegion, probeChunk = 1 << 30, 32 << 20
 
 func rate(n int64, d time.Duration) float64 {
 	if d <= 0 {
