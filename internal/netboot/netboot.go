@@ -162,7 +162,17 @@ type VM struct {
 	Tap  string
 	Disk string // raw disk image, the machine's only disk
 	Log  *Log   // its serial console
+	// UEFIVars, when set, makes the machine a UEFI PC: OVMF's firmware
+	// (OVMFCode) with this writable copy of its variable store.
+	UEFIVars string
 }
+
+// OVMF's firmware and the variable store a UEFI machine starts from
+// (Debian package ovmf).
+const (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
 
 // Args returns qemu's arguments. The machine is small and slow on
 // purpose: TCG, one CPU, 512 MiB (the initramfs unpacks to about 80 MB).
@@ -170,8 +180,20 @@ type VM struct {
 // machines this runs on. The NIC is first in the boot order, so QEMU's
 // iPXE ROM does the PXE boot; -no-reboot turns any reboot into an exit,
 // so a machine that does not power off does not loop.
+//
+// A UEFI machine (UEFIVars) boots OVMF on a q35 board; OVMF's own network
+// stack does the PXE boot (DHCP architecture 7, EFI x64), so the server
+// hands it ipxe.efi, as it would a real UEFI PC.
 func (vm *VM) Args() []string {
-	return []string{
+	var firmware []string
+	if vm.UEFIVars != "" {
+		firmware = []string{"-machine", "q35",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file=" + vm.UEFIVars,
+			// OVMF would load QEMU's iPXE from the NIC's ROM instead.
+			"-global", "virtio-net-pci.romfile="}
+	}
+	return append(firmware,
 		"-name", vm.Name,
 		"-accel", "tcg", "-smp", "1", "-m", "512",
 		"-nodefaults", "-nographic", "-monitor", "none", "-serial", "stdio",
@@ -183,7 +205,7 @@ func (vm *VM) Args() []string {
 		// The kernel's entropy pool fills slowly without a hardware
 		// source, and DHCP in the initramfs waits for it.
 		"-device", "virtio-rng-pci",
-	}
+	)
 }
 
 // Log is an io.Writer for a process's output: it writes each line to a

@@ -54,7 +54,9 @@ const verifiedText = "cast VERIFIED"
 
 // TestNetbootCast PXE-boots three qemu machines with blank disks from
 // dolly-server -boot (full DHCP), has them clone an ext4 image along a
-// chain and power off, and checks every disk against the image.
+// chain and power off, and checks every disk against the image. The last
+// machine is a UEFI PC (OVMF, whose own PXE fetches ipxe.efi), the others
+// BIOS PCs (SeaBIOS and QEMU's iPXE ROM).
 func TestNetbootCast(t *testing.T) {
 	if os.Getenv("DOLLY_NETBOOT") == "" {
 		t.Skip("skipped: boots 3 qemu machines, several minutes: run make netboot-test (or set DOLLY_NETBOOT=1)")
@@ -68,6 +70,8 @@ func TestNetbootCast(t *testing.T) {
 	requireFile(t, "/usr/lib/ipxe/qemu/efi-virtio.rom", "needs Debian package ipxe-qemu")
 	requireFile(t, boot.DefaultBIOSFile, "needs Debian package ipxe")
 	requireFile(t, boot.DefaultEFIFile, "needs Debian package ipxe")
+	requireFile(t, OVMFCode, "needs Debian package ovmf")
+	requireFile(t, OVMFVars, "needs Debian package ovmf")
 	kernel, err := boot.DefaultKernel()
 	if err != nil {
 		t.Skipf("skipped: %v", err)
@@ -198,6 +202,12 @@ func TestNetbootCast(t *testing.T) {
 		if err := blankDisk(vm.Disk, diskSize); err != nil {
 			t.Fatal(err)
 		}
+		if i == nodes-1 {
+			vm.UEFIVars = filepath.Join(dir, vm.Name+".vars")
+			if err := copyFile(vm.UEFIVars, OVMFVars); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if vm.Log, err = NewLog(filepath.Join(dir, vm.Name+".console"), time.Now(), texts...); err != nil {
 			t.Fatal(err)
 		}
@@ -256,13 +266,30 @@ func TestNetbootCast(t *testing.T) {
 			t.Errorf("%s (%s): disk sha256 %s over the image's %d bytes, want %s", vm.Name, vm.MAC, got, imageSize, want)
 			continue
 		}
-		t.Logf("%s (%s): verified, sha256 %s", vm.Name, vm.MAC, got)
+		firmware := "BIOS"
+		if vm.UEFIVars != "" {
+			firmware = "UEFI"
+		}
+		t.Logf("%s (%s, %s): verified, sha256 %s", vm.Name, firmware, vm.MAC, got)
 		// The kernel prints its command line on the console.
 		console, _ := os.ReadFile(vm.Log.path)
 		if !strings.Contains(string(console), "dolly.serverkey="+serverKey) || strings.Contains(string(console), string(key)) {
 			t.Errorf("%s: the console shows no server key on the kernel command line, or the cast key", vm.Name)
 		}
 		t.Logf("  %s timeline: %s", vm.Name, timeline(vm.Log))
+	}
+	// The UEFI machine came through the firmware's own PXE: the server
+	// offered it the EFI build of iPXE, and it fetched that over TFTP.
+	for _, vm := range vms {
+		if vm.UEFIVars == "" {
+			continue
+		}
+		efi := filepath.Base(boot.DefaultEFIFile)
+		offered, _ := srvLog.Lines("mac=" + vm.MAC + " ")
+		fetched, _ := srvLog.Lines("msg=tftp file=" + efi)
+		if len(offered) == 0 || !strings.Contains(offered[0], "file="+efi) || len(fetched) == 0 {
+			t.Errorf("%s (UEFI): the server's log shows no DHCP offer of %s to it, or no TFTP transfer of it:\n%s", vm.Name, efi, srvLog.Tail(60))
+		}
 	}
 	if summary, err := srvLog.Lines("summary:"); err == nil {
 		t.Logf("dolly-server:\n%s", strings.Join(summary, "\n"))
@@ -295,6 +322,15 @@ func blankDisk(path string, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// copyFile copies the file from to a new file to.
+func copyFile(to, from string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
 
 // digest returns the hex sha256 of the first n bytes of the file.
