@@ -64,7 +64,7 @@ initramfs:
 	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
 	$(BIN)/mkinitramfs -o $(BIN)/initramfs.cpio.gz -init $(BIN)/dolly-init -shell $(BIN)/gosh
 
-## netboot-test: 3 qemu VMs (2 BIOS, 1 UEFI) PXE-boot from dolly-server -boot and clone an image (root, qemu, ovmf, ~2 min)
+## netboot-test: 3 qemu VMs (2 BIOS, 1 UEFI) PXE-boot from dolly-server -boot, clone an image and reboot into their disks (root, qemu, ovmf, ~2 min)
 .PHONY: netboot-test
 netboot-test: build initramfs
 	DOLLY_NETBOOT=1 DOLLY_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run TestNetbootCast -timeout 15m ./internal/netboot

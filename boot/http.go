@@ -24,13 +24,45 @@ func Script(base string, args []string) string {
 	return b.String()
 }
 
-// httpHandler serves the iPXE script, the kernel and the initramfs, and
-// nothing else.
-func httpHandler(script, kernel, initramfs string, log *slog.Logger) http.Handler {
+// LocalScript returns the iPXE script that has a PC boot its own disk,
+// saying why: a UEFI PC leaves iPXE for the firmware's next boot option,
+// a BIOS PC boots its first hard disk.
+func LocalScript(why string) string {
+	return "#!ipxe\n" +
+		"echo dolly: " + strings.NewReplacer("\n", " ", "$", "", "\r", " ").Replace(why) + ": booting the local disk\n" +
+		"iseq ${platform} efi && exit 1 ||\n" +
+		"sanboot --no-describe --drive 0x80 || exit 1\n"
+}
+
+// askMAC returns the script that has iPXE fetch the boot script again
+// from base, naming the MAC address of the NIC it booted from: iPXE
+// expands it only in a script, not in the file name DHCP gives it. The
+// URL is absolute and the MAC hyphenated, which every iPXE parses.
+func askMAC(base string) string {
+	return "#!ipxe\nchain " + base + "/boot.ipxe?mac=${netX/mac:hexhyp}\n"
+}
+
+// httpHandler serves the iPXE script, the kernel and the initramfs (at
+// base), and nothing else. With local, a PC that names its MAC (see
+// askMAC) for which local gives a reason gets LocalScript instead.
+func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, script)
+		mac, named := r.URL.Query()["mac"]
+		switch {
+		case local == nil:
+			fmt.Fprint(w, script)
+		case !named:
+			fmt.Fprint(w, askMAC(base))
+		default:
+			if why := local(strings.ToLower(strings.ReplaceAll(mac[0], "-", ":"))); why != "" {
+				log.Info("http: the PC boots its local disk", "mac", mac[0], "why", why)
+				fmt.Fprint(w, LocalScript(why))
+				return
+			}
+			fmt.Fprint(w, script)
+		}
 	})
 	mux.HandleFunc("GET /vmlinuz", serveFile(kernel))
 	mux.HandleFunc("GET /initramfs", serveFile(initramfs))

@@ -45,7 +45,7 @@ func TestHTTP(t *testing.T) {
 	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 123_457)
 	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
 	var log bytes.Buffer
-	srv := httptest.NewServer(httpHandler(script, kernel, initramfs, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 
 	fileBytes := func(path string) string {
@@ -95,5 +95,56 @@ func TestHTTP(t *testing.T) {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
+	}
+}
+
+// A PC that names its MAC gets the node's script, or its own disk's when
+// the server says why it should boot that.
+func TestHTTPBootsTheLocalDisk(t *testing.T) {
+	dir := t.TempDir()
+	kernel := writeFile(t, dir, "vmlinuz", 1000)
+	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 1000)
+	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
+	local := func(mac string) string {
+		if mac == "52:54:00:12:34:01" {
+			return "pc01 is verified in this cast"
+		}
+		return ""
+	}
+	var log bytes.Buffer
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, slog.New(slog.NewTextHandler(&log, nil))))
+	defer srv.Close()
+	tests := []struct {
+		path string
+		want string
+	}{
+		{"/boot.ipxe", "#!ipxe\nchain http://198.18.0.1:9701/boot.ipxe?mac=${netX/mac:hexhyp}\n"},
+		{"/boot.ipxe?mac=52-54-00-12-34-01", LocalScript("pc01 is verified in this cast")},
+		{"/boot.ipxe?mac=52:54:00:12:34:02", script},
+		{"/boot.ipxe?mac=52:54:00:12:34:01", LocalScript("pc01 is verified in this cast")},
+		{"/boot.ipxe?mac=52:54:00:12:34:AB", script},
+		{"/boot.ipxe?mac=", script},
+	}
+	for _, tt := range tests {
+		resp, err := http.Get(srv.URL + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != tt.want {
+			t.Errorf("GET %s: %d %q (%v), want %q", tt.path, resp.StatusCode, body, err, tt.want)
+		}
+	}
+	if !strings.Contains(log.String(), "the PC boots its local disk") {
+		t.Errorf("no log line for the PC sent to its disk:\n%s", log.String())
+	}
+	for _, want := range []string{"echo dolly: pc01 is verified in this cast: booting the local disk\n", "iseq ${platform} efi && exit", "sanboot --no-describe --drive 0x80"} {
+		if !strings.Contains(LocalScript("pc01 is verified in this cast"), want) {
+			t.Errorf("LocalScript lacks %q", want)
+		}
+	}
+	if got := LocalScript("a $x\nshell"); strings.Contains(got, "$x") || strings.Count(got, "\n") != 4 {
+		t.Errorf("LocalScript lets the reason expand or add lines: %q", got)
 	}
 }

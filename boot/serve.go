@@ -60,6 +60,12 @@ type Config struct {
 	Console []string
 	// KernelArgs are appended verbatim to the kernel command line.
 	KernelArgs []string
+	// LocalBoot, if set, says why the PC with this MAC address (lower
+	// case, colon-separated) should boot its own disk rather than the
+	// node, or "" if it should not: one already cloned, say. Such a PC
+	// gets LocalScript, so that PCs may keep booting from the network
+	// first.
+	LocalBoot func(mac string) string
 
 	// Ports; zero means the standard ones. Tests use others.
 	HTTPPort   int // default DefaultHTTPPort
@@ -148,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 	args = append(args, c.KernelArgs...)
 	script := Script(base, args)
 	s.http = &http.Server{
-		Handler:           httpHandler(script, c.Kernel, c.Initramfs, s.log),
+		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, s.log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A kernel and an initramfs at a slow firmware's pace take a

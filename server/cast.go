@@ -297,6 +297,9 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 		if r.OK {
 			n.verdict = verified
 			r.Message = "target verified"
+			if s.cfg.Verified != nil {
+				s.cfg.Verified(n.name, n.macs)
+			}
 		} else {
 			n.verdict = rejected
 			n.reason = fmt.Sprintf("digest %.12s differs from the source's %s", n.digest, digest.Short())

@@ -78,7 +78,7 @@ func (s *Server) enroll(c *control.Conn, h *control.Hello, dataAddr, host, what 
 		return nil, fmt.Sprintf("a node named %q has already joined from %s: give each node a unique -name", h.Name, old.from)
 	}
 	n := &nodeState{name: h.Name, from: c.RemoteAddr().String(), dataAddr: dataAddr, target: h.Target, conn: c, status: stJoined,
-		machine: machineKey(h.Machine, h.MACs, host)}
+		machine: machineKey(h.Machine, h.MACs, host), macs: h.MACs}
 	// One node measures each machine, alone: nodes that share a machine
 	// and measured it at once would each see a fraction of it.
 	n.probes = !slices.ContainsFunc(s.nodes, func(m *nodeState) bool { return m.machine == n.machine && m.probes })

@@ -69,6 +69,10 @@ type Config struct {
 	// After is what netbooted nodes do once verified: "reboot",
 	// "poweroff", "shell" or "" (the node program just exits).
 	After string
+	// Verified, if set, is told of every node whose target is verified,
+	// with the MAC addresses its hello listed, before the node is. It
+	// runs with the server's state locked: it must not call the server.
+	Verified func(node string, macs []string)
 
 	// JoinTimeout bounds the wait for nodes (0: wait forever).
 	JoinTimeout time.Duration

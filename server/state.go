@@ -40,6 +40,7 @@ type nodeState struct {
 	block      bool
 	probe      *capacity.Probe // what the node measured, if it did
 	machine    string          // tells nodes on one machine apart from the rest
+	macs       []string        // its NICs' MAC addresses, as its hello listed them
 	probes     bool            // it measures its machine for the others on it
 	token      []byte          // its data token from its latest welcome (unkeyed casts)
 	probeToken []byte          // and its probe token

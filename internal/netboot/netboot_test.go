@@ -47,16 +47,27 @@ var milestones = []struct{ name, text string }{
 	{"lease", `msg="DHCP lease"`},
 	{"joined", "msg=joined"},
 	{"verified", verifiedText},
-	{"off", "reboot: Power down"},
+	{"reboot", "reboot: Restarting system"},
+	{"sent to its disk", localText},
+	{"disk booted", diskText},
 }
 
-const verifiedText = "cast VERIFIED"
+const (
+	verifiedText = "cast VERIFIED"
+	// localText is what iPXE echoes when the server sends a PC to its
+	// own disk (boot.LocalScript); diskText is what the image's boot
+	// sector prints once a BIOS PC boots it (bootSector).
+	localText = "booting the local disk"
+	diskText  = "DOLLY-DISK-BOOTED"
+)
 
 // TestNetbootCast PXE-boots three qemu machines with blank disks from
 // dolly-server -boot (full DHCP), has them clone an ext4 image along a
-// chain and power off, and checks every disk against the image. The last
+// chain and reboot, and checks every disk against the image. The last
 // machine is a UEFI PC (OVMF, whose own PXE fetches ipxe.efi), the others
-// BIOS PCs (SeaBIOS and QEMU's iPXE ROM).
+// BIOS PCs (SeaBIOS and QEMU's iPXE ROM). Rebooted, each netboots again,
+// as a PC whose firmware keeps the network first does: the server sends
+// it to its own disk, and the BIOS PCs boot the image's boot sector.
 func TestNetbootCast(t *testing.T) {
 	if os.Getenv("DOLLY_NETBOOT") == "" {
 		t.Skip("skipped: boots 3 qemu machines, several minutes: run make netboot-test (or set DOLLY_NETBOOT=1)")
@@ -96,6 +107,9 @@ func TestNetbootCast(t *testing.T) {
 	img := filepath.Join(dir, "image.ext4")
 	if err := sampleimage.Build(ctx, img, sampleimage.Spec{Size: imageSize, Files: 40 << 20}); err != nil {
 		t.Fatalf("building the image: %v", err)
+	}
+	if err := writeBootSector(img); err != nil {
+		t.Fatal(err)
 	}
 	want, err := digest(img, imageSize)
 	if err != nil {
@@ -142,11 +156,10 @@ func TestNetbootCast(t *testing.T) {
 		"-listen", n.Server.String()+":9700",
 		"-kernel", kernel, "-initramfs", initramfs,
 		// The serial port last, so that it is /dev/console and dolly-init
-		// logs where the test reads; a kernel panic reboots, which ends
-		// qemu at once (-no-reboot) instead of at the deadline.
+		// logs where the test reads; a kernel panic reboots at once.
 		"-kernel-args", "console=ttyS0,115200 panic=-1",
 		"-image", img, "-chain", "-nodes", fmt.Sprint(nodes), "-target", "disk:first",
-		"-after", "poweroff", "-yes",
+		"-after", "reboot", "-yes",
 		"-key", keyFile, "-allow", "52:54:00:12:34:*",
 		// Guests emulated on a busy 2-core machine may go quiet for
 		// seconds; that is not what this test is about.
@@ -173,7 +186,7 @@ func TestNetbootCast(t *testing.T) {
 	}
 	// What anyone on the network can fetch holds the server's public key,
 	// never the cast key.
-	script, err := fetch(ctx, n, "/boot.ipxe")
+	script, err := fetch(ctx, n, "/boot.ipxe?mac=52:54:00:12:34:99")
 	if err != nil {
 		t.Fatalf("fetching the iPXE script: %v", err)
 	}
@@ -217,6 +230,20 @@ func TestNetbootCast(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", vm.Name, err)
 		}
+		// Rebooted, a machine ends where it should: a BIOS PC in the
+		// image's boot sector, a UEFI one (the image has no EFI system
+		// partition) once iPXE says it sends it to its disk.
+		done := diskText
+		if vm.UEFIVars != "" {
+			done = localText
+		}
+		go func() {
+			select {
+			case <-vm.Log.Seen(done):
+				cmd.Process.Kill()
+			case <-ctx.Done():
+			}
+		}()
 		go func() {
 			err := cmd.Wait()
 			vm.Log.Close()
@@ -242,11 +269,15 @@ func TestNetbootCast(t *testing.T) {
 		case e := <-vmDone:
 			running--
 			_, verified := e.vm.Log.At(verifiedText)
+			_, local := e.vm.Log.At(localText)
+			_, booted := e.vm.Log.At(diskText)
 			switch {
-			case e.err != nil:
-				fail("%s: qemu: %v", e.vm.Name, e.err)
 			case !verified:
-				fail("%s stopped without verifying its disk", e.vm.Name)
+				fail("%s stopped without verifying its disk (qemu: %v)", e.vm.Name, e.err)
+			case !local:
+				fail("%s was not sent to its own disk when it netbooted again (qemu: %v)", e.vm.Name, e.err)
+			case e.vm.UEFIVars == "" && !booted:
+				fail("%s did not boot its disk (qemu: %v)", e.vm.Name, e.err)
 			}
 		}
 	}
@@ -318,6 +349,44 @@ func blankDisk(path string, size int64) error {
 		return err
 	}
 	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// bootSector is a BIOS boot sector that prints diskText on the first
+// serial port and halts: x86 real mode, loaded at 0x7c00.
+var bootSector = func() []byte {
+	code := []byte{
+		0xfa,       // cli
+		0x31, 0xc0, // xor ax, ax
+		0x8e, 0xd8, // mov ds, ax
+		0xbe, 0x16, 0x7c, // mov si, 0x7c16 (the text, below)
+		0xac,       // next: lodsb
+		0x84, 0xc0, // test al, al
+		0x74, 0x06, // jz halt
+		0xba, 0xf8, 0x03, // mov dx, 0x3f8 (COM1)
+		0xee,       // out dx, al
+		0xeb, 0xf5, // jmp next
+		0xf4,       // halt: hlt
+		0xeb, 0xfd, // jmp halt
+	}
+	b := make([]byte, 512)
+	n := copy(b, code)
+	copy(b[n:], "\r\n"+diskText+"\r\n\x00")
+	b[510], b[511] = 0x55, 0xaa
+	return b
+}()
+
+// writeBootSector puts bootSector in the image's first sector, which ext4
+// leaves to a boot loader.
+func writeBootSector(img string) error {
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(bootSector, 0); err != nil {
 		f.Close()
 		return err
 	}

@@ -50,7 +50,7 @@ func addBootFlags(fs *pflag.FlagSet) *bootFlags {
 		ipxeBIOS:   fs.String("ipxe-bios", boot.DefaultBIOSFile, "iPXE for BIOS clients"),
 		ipxeEFI:    fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
 		httpPort:   fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
-		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none"),
+		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none (a verified PC that netboots again is sent to its own disk)"),
 		build:      fs.String("build-initramfs", "", "write the nodes' initramfs to this file (for -kernel) from dolly-init and gosh next to dolly-server, and exit"),
 	}
 }
@@ -129,7 +129,7 @@ func (b *bootFlags) check() (after string, err error) {
 // kernel command line (dolly.serverkey=), never the cast key: they enroll
 // (control.NodeEnroll), and get the cast key from the server once -allow
 // admits them.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, logger *slog.Logger) (errc <-chan error, err error) {
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, disks *diskBoots, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}
@@ -146,6 +146,7 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 		ControlAddr: controlAddr,
 		KernelArgs:  args,
 		HTTPPort:    *b.httpPort,
+		LocalBoot:   disks.why,
 		Logger:      logger,
 	}
 	if *b.dhcpRange != "" {

@@ -242,11 +242,18 @@ func run() int {
 	if *bootf.enabled && cfg.Key != nil && len(cfg.Allow) == 0 {
 		return usageErr("-boot with -key needs -allow: netbooted nodes hold no key, and enroll only if -allow names them (e.g. -allow 'pc*' or a MAC pattern)")
 	}
-	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, cfg.Logger); err != nil {
+	disks := newDiskBoots()
+	if *bootf.enabled {
+		cfg.Verified = disks.add
+	}
+	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, disks, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return 1
 	}
 	sum, err := server.Run(ctx, cfg)
+	if *bootf.enabled && cfg.After == "reboot" {
+		disks.await(ctx, rebootWait, os.Stdout)
+	}
 	if *report != "" && sum.Image != "" {
 		if werr := server.WriteReport(*report, sum); werr != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", werr)
@@ -258,6 +265,11 @@ func run() int {
 	}
 	return 0
 }
+
+// rebootWait bounds how long the netboot service stays up after a cast
+// for the verified PCs that reboot to come back and be sent to their
+// disks: a PC's firmware and iPXE take a minute or so.
+const rebootWait = 3 * time.Minute
 
 // runPreview prints the model's view of every plan and casts nothing.
 func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, output string) int {
