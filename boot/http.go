@@ -29,9 +29,19 @@ func Script(base string, args []string) string {
 // a BIOS PC boots its first hard disk.
 func LocalScript(why string) string {
 	return "#!ipxe\n" +
-		"echo dolly: " + strings.NewReplacer("\n", " ", "$", "", "\r", " ").Replace(why) + ": booting the local disk\n" +
+		"echo dolly: " + strings.Map(plainRune, why) + ": booting the local disk\n" +
 		"iseq ${platform} efi && exit 1 ||\n" +
 		"sanboot --no-describe --drive 0x80 || exit 1\n"
+}
+
+// plainRune keeps what iPXE's echo prints as it is: letters, digits and
+// some punctuation; no settings ($), operators (&&, ||) or line breaks.
+func plainRune(r rune) rune {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune(" .,:-_()/", r):
+		return r
+	}
+	return ' '
 }
 
 // askMAC returns the script that has iPXE fetch the boot script again

@@ -144,7 +144,7 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 			t.Errorf("LocalScript lacks %q", want)
 		}
 	}
-	if got := LocalScript("a $x\nshell"); strings.Contains(got, "$x") || strings.Count(got, "\n") != 4 {
+	if got := LocalScript("a ${x}\nshell && reboot"); strings.Contains(got, "${x}") || strings.Contains(got, "&& reboot") || strings.Count(got, "\n") != 4 {
 		t.Errorf("LocalScript lets the reason expand or add lines: %q", got)
 	}
 }

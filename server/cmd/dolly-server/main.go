@@ -251,13 +251,13 @@ func run() int {
 		return 1
 	}
 	sum, err := server.Run(ctx, cfg)
-	if *bootf.enabled && cfg.After == "reboot" {
-		disks.await(ctx, rebootWait, os.Stdout)
-	}
 	if *report != "" && sum.Image != "" {
 		if werr := server.WriteReport(*report, sum); werr != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", werr)
 		}
+	}
+	if *bootf.enabled && cfg.After == "reboot" {
+		disks.await(ctx, rebootWait, os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
