@@ -44,15 +44,15 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 		ch = fallbackChoice(names, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding, err)
 	}
 	ch.Notes = append(notes, ch.Notes...)
-	s.logTightest(ch.Result)
+	s.logTightest(ctx, ch.Result)
 	return ch
 }
 
 // logTightest logs, for -v, the constraints of the chosen plan that allow
 // the least rate, tightest first: what the plan is one step from being
 // bound by, when its prediction and the cast disagree.
-func (s *Server) logTightest(r capacity.Result) {
-	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
+func (s *Server) logTightest(ctx context.Context, r capacity.Result) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	cs := slices.Clone(r.Constraints)
