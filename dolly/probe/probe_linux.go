@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -89,17 +90,26 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	chunk := int64(probeBlock)
 	if !outDirect {
 		behind = imaging.NewWriteBehind(out)
-		chunk = probeChunk
+		// Two chunks at least: one warms, the other is timed.
+		chunk = max(min(probeChunk, region/2/probeBlock*probeBlock), probeBlock)
 	}
 	buf := imaging.AlignedBuffer(int(chunk))
 	var wrote int64
 	var spent, cpu time.Duration
+	// Each chunk's CPU per byte, for the median: the kernel threads' time
+	// is the whole machine's, and a chunk now and then pays for someone
+	// else's writeback (other nodes of the machine, a file just written).
+	var chunkCosts []float64
 	// The write's cost counts the kernel threads' work for it too (a loop
 	// device's worker, writeback), but not the reads'.
 	kernel := FindKernelThreads()
-	pass := func(deadline time.Time, timed bool) error {
-		for off := start; off < start+region && time.Now().Before(deadline) && ctx.Err() == nil; off += chunk {
-			n := min(chunk, start+region-off)
+	// Each pass goes on from where the last stopped: a cast writes a
+	// block once, so the timed pass must not rewrite what the first pass
+	// did (in a fresh file, the first write of a block also allocates it).
+	off := start
+	pass := func(end int64, deadline time.Time, timed bool) error {
+		for ; off < end && time.Now().Before(deadline) && ctx.Err() == nil; off += chunk {
+			n := min(chunk, end-off)
 			for b := int64(0); b < n; b += probeBlock {
 				if _, err := in.ReadAt(buf[b:b+probeBlock], off+b); err != nil {
 					return fmt.Errorf("reading %s: %w", path, err)
@@ -124,8 +134,10 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 				}
 			}
 			if timed {
-				spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c+kernel.Since()
+				used := ProcessCPU() - c + kernel.Since()
+				spent, cpu = spent+time.Since(t), cpu+used
 				wrote += n
+				chunkCosts = append(chunkCosts, used.Seconds()/float64(n))
 			}
 		}
 		kernel.Since()
@@ -139,11 +151,12 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 		return nil
 	}
 	if behind != nil {
-		if err := pass(time.Now().Add(budget/8), false); err != nil {
+		// A quarter of the region at most: the rest is timed.
+		if err := pass(start+max(region/4/chunk, 1)*chunk, time.Now().Add(budget/8), false); err != nil {
 			return diskProbe{}, err
 		}
 	}
-	if err := pass(time.Now().Add(budget), true); err != nil {
+	if err := pass(start+region, time.Now().Add(budget), true); err != nil {
 		return diskProbe{}, err
 	}
 	how := fmt.Sprintf("rewrote %s of %s in place", units.FormatBytes(wrote), path)
@@ -153,7 +166,13 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 	if !direct {
 		how += " (cached reads)"
 	}
-	return diskProbe{rate: rate(wrote, spent), cpuRate: rate(wrote, cpu), how: how}, nil
+	cpuRate := rate(wrote, cpu)
+	if len(chunkCosts) >= 3 {
+		if m := median(chunkCosts); m > 0 {
+			cpuRate = 1 / m
+		}
+	}
+	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, how: how}, nil
 }
 
 // maxProbeRegion bounds what the target write probe rewrites; probeChunk
@@ -161,6 +180,17 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 // what the node writes behind at once (see imaging.WriteBehind), so that
 // starting each chunk leaves the disk idle only briefly.
 const maxProbeRegion, probeChunk = 1 << 30, 32 << 20
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); it sorts xs.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
 
 func rate(n int64, d time.Duration) float64 {
 	if d <= 0 {
