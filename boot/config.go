@@ -149,6 +149,11 @@ func checkFiles(c *Config) error {
 		{"iPXE for BIOS", c.BIOSFile, "install Debian's ipxe package or pass -ipxe-bios PATH"},
 		{"iPXE for UEFI", c.EFIFile, "install Debian's ipxe package or pass -ipxe-efi PATH"},
 	}
+	const shimFix, grubFix = "install Debian's shim-signed or pass -shim PATH", "install Debian's grub-efi-amd64-signed or pass -grub PATH"
+	if c.SecureBoot {
+		files[len(files)-1] = struct{ what, path, fix string }{"Shim", c.ShimFile, shimFix}
+		files = append(files, struct{ what, path, fix string }{"GRUB", c.GrubFile, grubFix})
+	}
 	for _, f := range files {
 		if f.path == "" {
 			return fmt.Errorf("no %s to serve: %s", f.what, f.fix)
@@ -164,6 +169,18 @@ func checkFiles(c *Config) error {
 		}
 		if !fi.Mode().IsRegular() {
 			return fmt.Errorf("%s %s is not a regular file: %s", f.what, f.path, f.fix)
+		}
+	}
+	if !c.SecureBoot {
+		return nil
+	}
+	for _, f := range []struct{ what, path, fix string }{
+		{"Shim", c.ShimFile, shimFix},
+		{"GRUB", c.GrubFile, grubFix},
+		{"kernel", c.Kernel, "pass -kernel with a signed kernel (Debian's linux-image-amd64 is)"},
+	} {
+		if err := checkSigned(f.what, f.path, f.fix); err != nil {
+			return err
 		}
 	}
 	return nil

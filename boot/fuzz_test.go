@@ -141,7 +141,7 @@ func FuzzTFTPRequest(f *testing.F) {
 	}
 	// Closed without a Shutdown, which would wait seconds for transfers
 	// to the requests' vanished clients to time out.
-	go newTFTP(map[string]string{biosName: bios}, slog.New(slog.DiscardHandler)).Serve(conn)
+	go newTFTP(map[string]string{biosName: bios}, nil, slog.New(slog.DiscardHandler)).Serve(conn)
 	f.Cleanup(func() { conn.Close() })
 	addr := conn.LocalAddr().String()
 	want, _ := os.ReadFile(bios)

@@ -54,8 +54,9 @@ func askMAC(base string) string {
 
 // httpHandler serves the iPXE script, the kernel and the initramfs (at
 // base), and nothing else. With local, a PC that names its MAC (see
-// askMAC) for which local gives a reason gets LocalScript instead.
-func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, log *slog.Logger) http.Handler {
+// askMAC) for which local gives a reason gets LocalScript instead, and
+// sent, if set, is told once the script is on its way.
+func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, sent func(mac string), log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -66,9 +67,13 @@ func httpHandler(base, script, kernel, initramfs string, local func(mac string) 
 		case !named:
 			fmt.Fprint(w, askMAC(base))
 		default:
-			if why := local(strings.ToLower(strings.ReplaceAll(mac[0], "-", ":"))); why != "" {
+			addr := strings.ToLower(strings.ReplaceAll(mac[0], "-", ":"))
+			if why := local(addr); why != "" {
 				log.Info("http: the PC boots its local disk", "mac", mac[0], "why", why)
 				fmt.Fprint(w, LocalScript(why))
+				if err := http.NewResponseController(w).Flush(); err == nil && sent != nil {
+					sent(addr)
+				}
 				return
 			}
 			fmt.Fprint(w, script)

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -45,7 +47,7 @@ func TestHTTP(t *testing.T) {
 	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 123_457)
 	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
 	var log bytes.Buffer
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 
 	fileBytes := func(path string) string {
@@ -112,7 +114,14 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 		return ""
 	}
 	var log bytes.Buffer
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, slog.New(slog.NewTextHandler(&log, nil))))
+	var mu sync.Mutex
+	var sent []string
+	sentTo := func(mac string) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, mac)
+	}
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, sentTo, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 	tests := []struct {
 		path string
@@ -136,6 +145,12 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 			t.Errorf("GET %s: %d %q (%v), want %q", tt.path, resp.StatusCode, body, err, tt.want)
 		}
 	}
+	// Told once per script delivered, never for the node's.
+	mu.Lock()
+	if want := []string{"52:54:00:12:34:01", "52:54:00:12:34:01"}; !slices.Equal(sent, want) {
+		t.Errorf("told of PCs sent to their disks: %q, want %q", sent, want)
+	}
+	mu.Unlock()
 	if !strings.Contains(log.String(), "the PC boots its local disk") {
 		t.Errorf("no log line for the PC sent to its disk:\n%s", log.String())
 	}

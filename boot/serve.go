@@ -47,7 +47,13 @@ type Config struct {
 
 	BIOSFile string // iPXE for BIOS clients (default DefaultBIOSFile)
 	EFIFile  string // iPXE for x86-64 UEFI clients (default DefaultEFIFile)
-	Kernel   string // the Linux kernel nodes boot (required; see DefaultKernel)
+	// SecureBoot boots UEFI PCs through Shim and GRUB, both signed, in
+	// place of iPXE, which Secure Boot firmware refuses; the kernel must
+	// be signed too (Debian's is). BIOS PCs still boot iPXE.
+	SecureBoot bool
+	ShimFile   string // default DefaultShimFile
+	GrubFile   string // default DefaultGrubFile
+	Kernel     string // the Linux kernel nodes boot (required; see DefaultKernel)
 	// Initramfs is the initramfs with the dolly node (required).
 	Initramfs string
 
@@ -66,6 +72,10 @@ type Config struct {
 	// gets LocalScript, so that PCs may keep booting from the network
 	// first.
 	LocalBoot func(mac string) string
+	// LocalSent, if set, is told the MAC address of a PC once it has
+	// been sent what LocalBoot chose for it, so that the services are not
+	// stopped while it is on its way.
+	LocalSent func(mac string)
 
 	// Ports; zero means the standard ones. Tests use others.
 	HTTPPort   int // default DefaultHTTPPort
@@ -110,6 +120,8 @@ func New(cfg Config) (*Server, error) {
 	c := &s.cfg
 	c.BIOSFile = cmp.Or(c.BIOSFile, DefaultBIOSFile)
 	c.EFIFile = cmp.Or(c.EFIFile, DefaultEFIFile)
+	c.ShimFile = cmp.Or(c.ShimFile, DefaultShimFile)
+	c.GrubFile = cmp.Or(c.GrubFile, DefaultGrubFile)
 	c.HTTPPort = cmp.Or(c.HTTPPort, DefaultHTTPPort)
 	c.DHCPPort = cmp.Or(c.DHCPPort, 67)
 	c.ClientPort = cmp.Or(c.ClientPort, 68)
@@ -154,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 	args = append(args, c.KernelArgs...)
 	script := Script(base, args)
 	s.http = &http.Server{
-		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, s.log),
+		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, c.LocalSent, s.log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A kernel and an initramfs at a slow firmware's pace take a
@@ -162,7 +174,15 @@ func New(cfg Config) (*Server, error) {
 		WriteTimeout: 10 * time.Minute,
 		IdleTimeout:  time.Minute,
 	}
-	s.tftp = newTFTP(map[string]string{biosName: c.BIOSFile, efiName: c.EFIFile}, s.log)
+	files := map[string]string{biosName: c.BIOSFile, efiName: c.EFIFile}
+	var generated func(string) (generatedFile, bool)
+	if c.SecureBoot {
+		s.resp.efiFile = shimName
+		files = map[string]string{biosName: c.BIOSFile, shimName: c.ShimFile, grubName: c.GrubFile,
+			kernelName: c.Kernel, initramfsName: c.Initramfs}
+		generated = grubFiles(GrubConfig(prefix.Addr().String(), args), c.LocalBoot, c.LocalSent)
+	}
+	s.tftp = newTFTP(files, generated, s.log)
 
 	if err := s.listen(iface, prefix.Addr()); err != nil {
 		s.close()

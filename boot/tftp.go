@@ -15,9 +15,24 @@ import (
 // newTFTP returns a read-only TFTP server for files, which maps the names
 // clients may ask for to paths. Names are looked up, never joined to a
 // directory, so no request can reach another file.
-func newTFTP(files map[string]string, log *slog.Logger) *tftp.Server {
+// generated, if set, gives the files made up on request.
+func newTFTP(files map[string]string, generated func(name string) (generatedFile, bool), log *slog.Logger) *tftp.Server {
 	read := func(name string, rf io.ReaderFrom) error {
 		client := rf.(tftp.OutgoingTransfer).RemoteAddr()
+		if generated != nil {
+			if f, ok := generated(strings.TrimPrefix(name, "/")); ok {
+				n, err := rf.ReadFrom(strings.NewReader(f.text))
+				if err != nil {
+					log.Warn("tftp: transfer ended early", "file", name, "client", client.String(), "bytes", n, "err", err)
+					return err
+				}
+				log.Info("tftp", "file", name, "client", client.String(), "bytes", n)
+				if f.delivered != nil {
+					f.delivered()
+				}
+				return nil
+			}
+		}
 		path, ok := tftpLookup(files, name)
 		if !ok {
 			log.Info("tftp: unknown file", "file", name, "client", client.String())

@@ -15,13 +15,13 @@ import (
 
 // startTFTP serves files on an ephemeral loopback port and returns its
 // address.
-func startTFTP(t testing.TB, files map[string]string) string {
+func startTFTP(t testing.TB, files map[string]string, generated func(string) (generatedFile, bool)) string {
 	t.Helper()
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newTFTP(files, slog.New(slog.DiscardHandler))
+	s := newTFTP(files, generated, slog.New(slog.DiscardHandler))
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(conn) }()
 	t.Cleanup(func() {
@@ -38,7 +38,7 @@ func TestTFTP(t *testing.T) {
 	bios := writeFile(t, dir, "undionly.kpxe", 70_001) // ends in a partial block
 	efi := writeFile(t, dir, "ipxe.efi", 1468*700)     // ends in an empty block
 	writeFile(t, dir, "secret", 10)
-	addr := startTFTP(t, map[string]string{biosName: bios, efiName: efi})
+	addr := startTFTP(t, map[string]string{biosName: bios, efiName: efi}, nil)
 
 	tests := []struct {
 		name string
@@ -93,7 +93,7 @@ func TestTFTPRefusesWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := startTFTP(t, map[string]string{biosName: bios})
+	addr := startTFTP(t, map[string]string{biosName: bios}, nil)
 	for _, name := range []string{biosName, "new.bin"} {
 		c, err := tftp.NewClient(addr)
 		if err != nil {

@@ -165,13 +165,19 @@ type VM struct {
 	// UEFIVars, when set, makes the machine a UEFI PC: OVMF's firmware
 	// (OVMFCode) with this writable copy of its variable store.
 	UEFIVars string
+	// SecureBoot makes a UEFI PC enforce Secure Boot: OVMF's secure
+	// build (OVMFSecureCode), whose variable store (a copy of
+	// OVMFSecureVars) holds Microsoft's keys, as a PC's does.
+	SecureBoot bool
 }
 
 // OVMF's firmware and the variable store a UEFI machine starts from
-// (Debian package ovmf).
+// (Debian package ovmf), and their Secure Boot builds.
 const (
-	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	OVMFCode       = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars       = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	OVMFSecureCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	OVMFSecureVars = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
 )
 
 // Args returns qemu's arguments. The machine is small and slow on
@@ -186,7 +192,16 @@ const (
 // hands it ipxe.efi, as it would a real UEFI PC.
 func (vm *VM) Args() []string {
 	var firmware []string
-	if vm.UEFIVars != "" {
+	switch {
+	case vm.UEFIVars != "" && vm.SecureBoot:
+		// The secure build keeps its variables in SMM, out of the
+		// reach of what it boots.
+		firmware = []string{"-machine", "q35,smm=on",
+			"-global", "driver=cfi.pflash01,property=secure,value=on",
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + OVMFSecureCode,
+			"-drive", "if=pflash,format=raw,unit=1,file=" + vm.UEFIVars,
+			"-global", "virtio-net-pci.romfile="}
+	case vm.UEFIVars != "":
 		firmware = []string{"-machine", "q35",
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file=" + vm.UEFIVars,

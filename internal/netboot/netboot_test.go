@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +26,6 @@ import (
 )
 
 const (
-	nodes     = 3
 	imageSize = 64 << 20
 	diskSize  = 80 << 20
 	// deadline bounds the whole cast, from building the image to the
@@ -41,6 +41,7 @@ const (
 // configured only after some 16 s: it waits in vain for an IPv6 router.
 var milestones = []struct{ name, text string }{
 	{"iPXE configured", "Filename:"},
+	{"GRUB configured", "dolly: loading the kernel"},
 	{"kernel+initramfs loaded", "/initramfs..."},
 	{"Linux console", "Linux version"},
 	{"drivers", "drivers loaded"},
@@ -61,6 +62,19 @@ const (
 	diskText  = "DOLLY-DISK-BOOTED"
 )
 
+// firmware is what a test machine boots with.
+type firmware int
+
+const (
+	bios       firmware = iota // SeaBIOS and QEMU's iPXE ROM
+	uefi                       // OVMF, whose own PXE fetches ipxe.efi
+	secureBoot                 // OVMF enforcing Secure Boot: Shim, GRUB and a signed kernel
+)
+
+func (f firmware) String() string {
+	return [...]string{"BIOS", "UEFI", "UEFI Secure Boot"}[f]
+}
+
 // TestNetbootCast PXE-boots three qemu machines with blank disks from
 // dolly-server -boot (full DHCP), has them clone an ext4 image along a
 // chain and reboot, and checks every disk against the image. The last
@@ -69,9 +83,27 @@ const (
 // as a PC whose firmware keeps the network first does: the server sends
 // it to its own disk, and the BIOS PCs boot the image's boot sector.
 func TestNetbootCast(t *testing.T) {
+	runNetboot(t, []firmware{bios, bios, uefi})
+}
+
+// TestNetbootSecureBoot does the same with one UEFI PC that enforces
+// Secure Boot, from dolly-server -boot -secure-boot: its firmware accepts
+// Shim, which accepts GRUB, which accepts Debian's kernel.
+func TestNetbootSecureBoot(t *testing.T) {
+	requireFile(t, OVMFSecureCode, "needs Debian package ovmf")
+	requireFile(t, OVMFSecureVars, "needs Debian package ovmf")
+	requireFile(t, boot.DefaultShimFile, "needs Debian package shim-signed")
+	requireFile(t, boot.DefaultGrubFile, "needs Debian package grub-efi-amd64-signed")
+	runNetboot(t, []firmware{secureBoot}, "-secure-boot")
+}
+
+// runNetboot netboots a machine of each kind from dolly-server -boot with
+// serverArgs, casts an image to them and checks it (see TestNetbootCast).
+func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 	if os.Getenv("DOLLY_NETBOOT") == "" {
-		t.Skip("skipped: boots 3 qemu machines, several minutes: run make netboot-test (or set DOLLY_NETBOOT=1)")
+		t.Skipf("skipped: boots %d qemu machines, minutes: run make netboot-test (or set DOLLY_NETBOOT=1)", len(kinds))
 	}
+	nodes := len(kinds)
 	testenv.RequireRoot(t)
 	testenv.RequireProgram(t, "ip", "iproute2")
 	testenv.RequireProgram(t, "qemu-system-x86_64", "qemu-system-x86")
@@ -150,10 +182,10 @@ func TestNetbootCast(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs = append(logs, srvLog)
-	srv := n.Command(ctx, server,
+	srv := n.Command(ctx, server, append([]string{
 		"-boot", "-interface", Bridge,
 		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
-		"-listen", n.Server.String()+":9700",
+		"-listen", n.Server.String() + ":9700",
 		"-kernel", kernel, "-initramfs", initramfs,
 		// The serial port last, so that it is /dev/console and dolly-init
 		// logs where the test reads; a kernel panic reboots at once.
@@ -164,7 +196,8 @@ func TestNetbootCast(t *testing.T) {
 		// Guests emulated on a busy 2-core machine may go quiet for
 		// seconds; that is not what this test is about.
 		"-node-timeout", "30s",
-		"-v") // DHCP and HTTP requests too, for the log shown on failure
+		"-v"}, // DHCP and HTTP requests too, for the log shown on failure
+		serverArgs...)...)
 	srv.Stdout, srv.Stderr = srvLog, srvLog
 	if err := srv.Start(); err != nil {
 		t.Fatalf("starting dolly-server: %v", err)
@@ -204,6 +237,10 @@ func TestNetbootCast(t *testing.T) {
 	for i, m := range milestones {
 		texts[i] = m.text
 	}
+	// GRUB's prompt: it found nothing it could boot, and waits for a
+	// user who will not come.
+	const grubPrompt = "grub> "
+	texts = append(texts, grubPrompt)
 	for i := range vms {
 		vm := &VM{
 			Name: fmt.Sprintf("pc%02d", i+1),
@@ -215,9 +252,14 @@ func TestNetbootCast(t *testing.T) {
 		if err := blankDisk(vm.Disk, diskSize); err != nil {
 			t.Fatal(err)
 		}
-		if i == nodes-1 {
+		if kinds[i] != bios {
 			vm.UEFIVars = filepath.Join(dir, vm.Name+".vars")
-			if err := copyFile(vm.UEFIVars, OVMFVars); err != nil {
+			vm.SecureBoot = kinds[i] == secureBoot
+			vars := OVMFVars
+			if vm.SecureBoot {
+				vars = OVMFSecureVars
+			}
+			if err := copyFile(vm.UEFIVars, vars); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -232,14 +274,17 @@ func TestNetbootCast(t *testing.T) {
 		}
 		// Rebooted, a machine ends where it should: a BIOS PC in the
 		// image's boot sector, a UEFI one (the image has no EFI system
-		// partition) once iPXE says it sends it to its disk.
+		// partition) once iPXE, or GRUB under Secure Boot, says it sends
+		// it to its disk.
 		done := diskText
-		if vm.UEFIVars != "" {
+		if kinds[i] != bios {
 			done = localText
 		}
 		go func() {
 			select {
 			case <-vm.Log.Seen(done):
+				cmd.Process.Kill()
+			case <-vm.Log.Seen(grubPrompt):
 				cmd.Process.Kill()
 			case <-ctx.Done():
 			}
@@ -276,7 +321,7 @@ func TestNetbootCast(t *testing.T) {
 				fail("%s stopped without verifying its disk (qemu: %v)", e.vm.Name, e.err)
 			case !local:
 				fail("%s was not sent to its own disk when it netbooted again (qemu: %v)", e.vm.Name, e.err)
-			case e.vm.UEFIVars == "" && !booted:
+			case kinds[slices.Index(vms, e.vm)] == bios && !booted:
 				fail("%s did not boot its disk (qemu: %v)", e.vm.Name, e.err)
 			}
 		}
@@ -288,7 +333,7 @@ func TestNetbootCast(t *testing.T) {
 		return
 	}
 
-	for _, vm := range vms {
+	for i, vm := range vms {
 		got, err := digest(vm.Disk, imageSize)
 		if err != nil {
 			t.Fatal(err)
@@ -297,11 +342,7 @@ func TestNetbootCast(t *testing.T) {
 			t.Errorf("%s (%s): disk sha256 %s over the image's %d bytes, want %s", vm.Name, vm.MAC, got, imageSize, want)
 			continue
 		}
-		firmware := "BIOS"
-		if vm.UEFIVars != "" {
-			firmware = "UEFI"
-		}
-		t.Logf("%s (%s, %s): verified, sha256 %s", vm.Name, firmware, vm.MAC, got)
+		t.Logf("%s (%s, %s): verified, sha256 %s", vm.Name, kinds[i], vm.MAC, got)
 		// The kernel prints its command line on the console.
 		console, _ := os.ReadFile(vm.Log.path)
 		if !strings.Contains(string(console), "dolly.serverkey="+serverKey) || strings.Contains(string(console), string(key)) {
@@ -309,17 +350,37 @@ func TestNetbootCast(t *testing.T) {
 		}
 		t.Logf("  %s timeline: %s", vm.Name, timeline(vm.Log))
 	}
-	// The UEFI machine came through the firmware's own PXE: the server
-	// offered it the EFI build of iPXE, and it fetched that over TFTP.
-	for _, vm := range vms {
-		if vm.UEFIVars == "" {
+	// A UEFI machine came through the firmware's own PXE: the server
+	// offered it the EFI build of iPXE, or Shim under Secure Boot, and it
+	// fetched that (and Shim fetched GRUB and its configuration) over
+	// TFTP.
+	for i, vm := range vms {
+		offer, fetches := "", []string{}
+		switch kinds[i] {
+		case uefi:
+			offer = filepath.Base(boot.DefaultEFIFile)
+			fetches = []string{offer}
+		case secureBoot:
+			offer = "shimx64.efi"
+			fetches = []string{offer, "grubx64.efi", "grub/grub.cfg"}
+			// Debian's kernel says so when the firmware enforces it.
+			if console, _ := os.ReadFile(vm.Log.path); !strings.Contains(string(console), "Secure boot enabled") {
+				t.Errorf("%s: the kernel does not report Secure Boot enabled", vm.Name)
+			}
+		default:
 			continue
 		}
-		efi := filepath.Base(boot.DefaultEFIFile)
 		offered, _ := srvLog.Lines("mac=" + vm.MAC + " ")
-		fetched, _ := srvLog.Lines("msg=tftp file=" + efi)
-		if len(offered) == 0 || !strings.Contains(offered[0], "file="+efi) || len(fetched) == 0 {
-			t.Errorf("%s (UEFI): the server's log shows no DHCP offer of %s to it, or no TFTP transfer of it:\n%s", vm.Name, efi, srvLog.Tail(60))
+		if len(offered) == 0 || !strings.Contains(offered[0], "file="+offer) {
+			t.Errorf("%s (%s): the server's log shows no DHCP offer of %s to it:\n%s", vm.Name, kinds[i], offer, srvLog.Tail(60))
+		}
+		for _, f := range fetches {
+			if fetched, _ := srvLog.Lines("msg=tftp file=" + f); len(fetched) == 0 {
+				fetched, _ = srvLog.Lines("msg=tftp file=/" + f)
+				if len(fetched) == 0 {
+					t.Errorf("%s (%s): the server's log shows no TFTP transfer of %s:\n%s", vm.Name, kinds[i], f, srvLog.Tail(60))
+				}
+			}
 		}
 	}
 	if summary, err := srvLog.Lines("summary:"); err == nil {

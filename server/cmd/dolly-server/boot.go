@@ -29,13 +29,16 @@ type bootFlags struct {
 	kernelArgs *string
 	ipxeBIOS   *string
 	ipxeEFI    *string
+	secureBoot *bool
+	shim       *string
+	grub       *string
 	httpPort   *int
 	after      *string
 	build      *string
 }
 
 // flags that only mean something with -boot
-var bootOnly = []string{"interface", "dhcp-range", "router", "kernel", "initramfs", "kernel-args", "ipxe-bios", "ipxe-efi", "http-port"}
+var bootOnly = []string{"interface", "dhcp-range", "router", "kernel", "initramfs", "kernel-args", "ipxe-bios", "ipxe-efi", "secure-boot", "shim", "grub", "http-port"}
 
 func addBootFlags(fs *pflag.FlagSet) *bootFlags {
 	return &bootFlags{
@@ -49,6 +52,9 @@ func addBootFlags(fs *pflag.FlagSet) *bootFlags {
 		kernelArgs: fs.String("kernel-args", "", "extra kernel command line arguments for the nodes"),
 		ipxeBIOS:   fs.String("ipxe-bios", boot.DefaultBIOSFile, "iPXE for BIOS clients"),
 		ipxeEFI:    fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
+		secureBoot: fs.Bool("secure-boot", false, "boot UEFI PCs through signed Shim and GRUB, which Secure Boot accepts, rather than iPXE; the kernel must be signed (Debian's is)"),
+		shim:       fs.String("shim", boot.DefaultShimFile, "signed Shim for -secure-boot (Debian's shim-signed)"),
+		grub:       fs.String("grub", boot.DefaultGrubFile, "signed GRUB network image for -secure-boot (Debian's grub-efi-amd64-signed)"),
 		httpPort:   fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
 		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none (a verified PC that netboots again is sent to its own disk)"),
 		build:      fs.String("build-initramfs", "", "write the nodes' initramfs to this file (for -kernel) from dolly-init and gosh next to dolly-server, and exit"),
@@ -99,6 +105,13 @@ func (b *bootFlags) check() (after string, err error) {
 			}
 		}
 	}
+	if !*b.secureBoot {
+		for _, name := range []string{"shim", "grub"} {
+			if b.fs.Changed(name) {
+				return "", fmt.Errorf("-%s needs -secure-boot", name)
+			}
+		}
+	}
 	if *b.dhcpRange != "" {
 		if _, _, err := boot.ParseRange(*b.dhcpRange); err != nil {
 			return "", fmt.Errorf("-dhcp-range: %w", err)
@@ -141,12 +154,16 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 		Interface:   *b.iface,
 		BIOSFile:    *b.ipxeBIOS,
 		EFIFile:     *b.ipxeEFI,
+		SecureBoot:  *b.secureBoot,
+		ShimFile:    *b.shim,
+		GrubFile:    *b.grub,
 		Kernel:      *b.kernel,
 		Initramfs:   *b.initramfs,
 		ControlAddr: controlAddr,
 		KernelArgs:  args,
 		HTTPPort:    *b.httpPort,
 		LocalBoot:   disks.why,
+		LocalSent:   disks.sentTo,
 		Logger:      logger,
 	}
 	if *b.dhcpRange != "" {

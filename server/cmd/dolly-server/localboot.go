@@ -12,11 +12,13 @@ import (
 // diskBoots remembers the netbooted PCs this cast verified: when they
 // netboot again (-after reboot, or reset by hand), the netboot service
 // sends them to their own disks rather than into the node, so that PCs may
-// keep the network first in their boot order.
+// keep the network first in their boot order. Once the cast is over, so
+// is every PC that netboots: no cast waits for it.
 type diskBoots struct {
 	mu       sync.Mutex
 	verified map[string]string // node name by MAC
 	sent     map[string]bool   // nodes sent to their disks
+	over     bool              // the cast is over
 	changed  chan struct{}
 }
 
@@ -33,21 +35,42 @@ func (d *diskBoots) add(node string, macs []string) {
 	}
 }
 
-// why says why the PC with this MAC boots its disk, "" if it does not;
-// the PC counts as sent there.
+// why says why the PC with this MAC boots its disk, "" if it does not.
 func (d *diskBoots) why(mac string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	node, ok := d.verified[mac]
+	switch {
+	case ok:
+		return node + " is verified in this cast"
+	case d.over:
+		return "no cast is running"
+	}
+	return ""
+}
+
+// castOver records that the cast is over: a PC that netboots from now on
+// would find no cast to join.
+func (d *diskBoots) castOver() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.over = true
+}
+
+// sentTo records that the PC with this MAC has what sends it to its disk:
+// only then may the netboot service stop.
+func (d *diskBoots) sentTo(mac string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	node, ok := d.verified[mac]
 	if !ok {
-		return ""
+		return
 	}
 	d.sent[node] = true
 	select {
 	case d.changed <- struct{}{}:
 	default:
 	}
-	return node + " is verified in this cast"
 }
 
 // left is how many verified nodes have not been sent to their disks, of

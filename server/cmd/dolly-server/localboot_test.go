@@ -20,6 +20,13 @@ func TestDiskBoots(t *testing.T) {
 	if why := d.why("52:54:00:aa:bb:01"); why != "pc01 is verified in this cast" {
 		t.Errorf("pc01 by its second MAC: %q", why)
 	}
+	// A PC counts as sent once it has what sends it there, not when
+	// asked about.
+	if left, of := d.left(); left != 2 || of != 2 {
+		t.Errorf("left %d of %d before any was sent, want 2 of 2", left, of)
+	}
+	d.sentTo("52:54:00:aa:bb:01")
+	d.sentTo("52:54:00:12:34:03") // not in the cast: no effect
 	if left, of := d.left(); left != 1 || of != 2 {
 		t.Errorf("left %d of %d, want 1 of 2", left, of)
 	}
@@ -30,7 +37,7 @@ func TestDiskBoots(t *testing.T) {
 		close(done)
 	}()
 	<-out.wrote // waiting for pc02
-	d.why("52:54:00:12:34:02")
+	d.sentTo("52:54:00:12:34:02")
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -38,6 +45,18 @@ func TestDiskBoots(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "all 2 PCs were sent to their own disks") {
 		t.Errorf("output: %q", out.String())
+	}
+	// Once the cast is over, a PC that was not in it boots its disk too:
+	// no cast waits for it.
+	if why := d.why("52:54:00:12:34:03"); why != "" {
+		t.Errorf("a PC not in the running cast is sent to its disk: %q", why)
+	}
+	d.castOver()
+	if why := d.why("52:54:00:12:34:03"); why != "no cast is running" {
+		t.Errorf("a PC netbooting after the cast: %q", why)
+	}
+	if why := d.why("52:54:00:12:34:02"); why != "pc02 is verified in this cast" {
+		t.Errorf("pc02 after the cast: %q", why)
 	}
 
 	// The wait is bounded, and says who did not come back.

@@ -54,7 +54,9 @@ switch), TFTP for iPXE and HTTP for the kernel and initramfs, all on
 -interface. It needs root, Debian's ipxe package (or -ipxe-bios and
 -ipxe-efi) and a kernel (default: the newest /boot/vmlinuz-*; Debian's
 linux-image-amd64 is tested). -after tells netbooted nodes what to do once
-their target is verified.
+their target is verified. With -secure-boot, UEFI PCs boot through Shim and
+GRUB, both signed (Debian's shim-signed and grub-efi-amd64-signed), so Secure
+Boot may stay on; BIOS PCs still get iPXE.
 
 Security: with -key FILE (made by "dolly key -o FILE" and copied to the
 nodes) the server and each node prove to each other that they hold the key
@@ -251,6 +253,7 @@ func run() int {
 		return 1
 	}
 	sum, err := server.Run(ctx, cfg)
+	disks.castOver()
 	if *report != "" && sum.Image != "" {
 		if werr := server.WriteReport(*report, sum); werr != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", werr)
