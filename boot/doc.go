@@ -12,4 +12,8 @@
 // Firmware loads iPXE over TFTP; iPXE asks DHCP again, recognisably, and
 // is sent the script's URL instead, so it boots the kernel over HTTP with
 // dolly.server= on the command line rather than loading itself again.
+//
+// Under Config.SecureBoot a UEFI PC gets signed loaders instead, all over
+// TFTP: Shim, which loads GRUB, which reads a generated configuration and
+// loads the (signed) kernel and the initramfs (see secureboot.go).
 package boot
