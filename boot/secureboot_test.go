@@ -2,12 +2,9 @@ package boot
 
 import (
 	"bytes"
-	"context"
 	"debug/pe"
 	"encoding/binary"
 	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,14 +155,7 @@ func TestNewChecksSecureBootFiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, dir := secureBootFiles(t)
 			tt.change(&c, dir)
-			s, err := New(c)
-			if err == nil {
-				s.close()
-				t.Fatalf("New succeeded, want an error containing %q", tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("New: %v\nwant an error containing %q", err, tt.want)
-			}
+			wantNewError(t, c, tt.want)
 		})
 	}
 }
@@ -192,34 +182,13 @@ func TestServeSecureBoot(t *testing.T) {
 		t.Skip("needs root to bind to the loopback device")
 	}
 	cfg, _ := secureBootFiles(t)
-	cfg.RangeFrom, cfg.RangeTo = netip.MustParseAddr("127.0.0.100"), netip.MustParseAddr("127.0.0.109")
-	cfg.DHCPPort, cfg.PXEPort, cfg.TFTPPort = freePort(t, "udp"), freePort(t, "udp"), freePort(t, "udp")
-	cfg.HTTPPort = freePort(t, "tcp")
 	cfg.LocalBoot = func(mac string) string {
 		if mac == "52:54:00:00:00:07" {
 			return "verified"
 		}
 		return ""
 	}
-	client, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 100)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	cfg.ClientPort = client.LocalAddr().(*net.UDPAddr).Port
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	_, client, cfg := serveLoopback(t, cfg)
 
 	for _, tt := range []struct {
 		arch uint16

@@ -51,16 +51,59 @@ func TestNewChecks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testFiles(t)
 			tt.change(&c)
-			s, err := New(c)
-			if err == nil {
-				s.close()
-				t.Fatalf("New succeeded, want an error containing %q", tt.want)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("New: %v\nwant an error containing %q", err, tt.want)
-			}
+			wantNewError(t, c, tt.want)
 		})
 	}
+}
+
+// wantNewError checks that New refuses c with an error containing want.
+func wantNewError(t *testing.T, c Config, want string) {
+	t.Helper()
+	s, err := New(c)
+	if err == nil {
+		s.close()
+		t.Fatalf("New succeeded, want an error containing %q", want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("New: %v\nwant an error containing %q", err, want)
+	}
+}
+
+// serveLoopback serves cfg with full DHCP on loopback, on free ports,
+// until the test ends, and returns the server, a DHCP client at
+// 127.0.0.100 and the configuration served. A renewing client has an
+// address, so the ACK comes to it by unicast rather than by broadcast,
+// which loopback lacks.
+func serveLoopback(t *testing.T, cfg Config) (*Server, *net.UDPConn, Config) {
+	t.Helper()
+	cfg.RangeFrom, cfg.RangeTo = netip.MustParseAddr("127.0.0.100"), netip.MustParseAddr("127.0.0.109")
+	cfg.DHCPPort, cfg.PXEPort, cfg.TFTPPort = freePort(t, "udp"), freePort(t, "udp"), freePort(t, "udp")
+	cfg.HTTPPort = freePort(t, "tcp")
+	client, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	cfg.ClientPort = client.LocalAddr().(*net.UDPAddr).Port
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Serve did not return after cancel")
+		}
+	})
+	return s, client, cfg
 }
 
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
@@ -114,38 +157,8 @@ func TestServe(t *testing.T) {
 		t.Skip("needs root to bind to the loopback device")
 	}
 	cfg := testFiles(t)
-	cfg.RangeFrom, cfg.RangeTo = netip.MustParseAddr("127.0.0.100"), netip.MustParseAddr("127.0.0.109")
 	cfg.KernelArgs = []string{"dolly.key=k1"}
-	cfg.DHCPPort, cfg.PXEPort, cfg.TFTPPort = freePort(t, "udp"), freePort(t, "udp"), freePort(t, "udp")
-	cfg.HTTPPort = freePort(t, "tcp")
-
-	// A renewing client has an address, so the ACK comes to it by
-	// unicast rather than by broadcast, which loopback lacks.
-	client, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 100)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	cfg.ClientPort = client.LocalAddr().(*net.UDPAddr).Port
-
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Serve did not return after cancel")
-		}
-	}()
+	s, client, cfg := serveLoopback(t, cfg)
 
 	// A busy port is reported as such.
 	cfg2 := cfg

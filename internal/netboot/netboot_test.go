@@ -115,17 +115,7 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 	requireFile(t, boot.DefaultEFIFile, "needs Debian package ipxe")
 	requireFile(t, OVMFCode, "needs Debian package ovmf")
 	requireFile(t, OVMFVars, "needs Debian package ovmf")
-	kernel, err := boot.DefaultKernel()
-	if err != nil {
-		t.Skipf("skipped: %v", err)
-	}
-	bin := os.Getenv("DOLLY_BIN")
-	if bin == "" {
-		bin, _ = filepath.Abs("../../bin")
-	}
-	server, initramfs := filepath.Join(bin, "dolly-server"), filepath.Join(bin, "initramfs.cpio.gz")
-	requireFile(t, server, "run make netboot-test, which builds it")
-	requireFile(t, initramfs, "run make netboot-test, which builds it")
+	kernel, server, initramfs := netbootFiles(t)
 
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -182,7 +172,7 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 		t.Fatal(err)
 	}
 	logs = append(logs, srvLog)
-	srv := n.Command(ctx, server, append([]string{
+	srvDone := startServer(ctx, t, n, server, srvLog, append([]string{
 		"-boot", "-interface", Bridge,
 		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
 		"-listen", n.Server.String() + ":9700",
@@ -198,25 +188,6 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 		"-node-timeout", "30s",
 		"-v"}, // DHCP and HTTP requests too, for the log shown on failure
 		serverArgs...)...)
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatalf("starting dolly-server: %v", err)
-	}
-	srvDone := make(chan error, 1)
-	go func() {
-		err := srv.Wait()
-		srvLog.Close()
-		srvDone <- err
-	}()
-	// iPXE gives up after a few DHCP tries, so the machines start only
-	// once the server serves.
-	select {
-	case <-srvLog.Seen("waiting for"):
-	case err := <-srvDone:
-		t.Fatalf("dolly-server exited before serving: %v", err)
-	case <-ctx.Done():
-		t.Fatalf("dolly-server did not start serving: %v", ctx.Err())
-	}
 	// What anyone on the network can fetch holds the server's public key,
 	// never the cast key.
 	script, err := fetch(ctx, n, "/boot.ipxe?mac=52:54:00:12:34:99")
@@ -387,6 +358,50 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 		t.Logf("dolly-server:\n%s", strings.Join(summary, "\n"))
 	}
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// startServer starts dolly-server in n with args, its output in log, and
+// returns once it serves: iPXE gives up after a few DHCP tries, so the
+// machines start only then. The channel gets the server's exit.
+func startServer(ctx context.Context, t *testing.T, n *Net, server string, log *Log, args ...string) <-chan error {
+	t.Helper()
+	srv := n.Command(ctx, server, args...)
+	srv.Stdout, srv.Stderr = log, log
+	if err := srv.Start(); err != nil {
+		t.Fatalf("starting dolly-server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Wait()
+		log.Close()
+		done <- err
+	}()
+	select {
+	case <-log.Seen("waiting for"):
+	case err := <-done:
+		t.Fatalf("dolly-server exited before serving: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("dolly-server did not start serving: %v", ctx.Err())
+	}
+	return done
+}
+
+// netbootFiles returns the kernel the machines boot, and dolly-server and
+// the initramfs that make netboot-test builds, or skips the test.
+func netbootFiles(t *testing.T) (kernel, server, initramfs string) {
+	t.Helper()
+	kernel, err := boot.DefaultKernel()
+	if err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	bin := os.Getenv("DOLLY_BIN")
+	if bin == "" {
+		bin, _ = filepath.Abs("../../bin")
+	}
+	server, initramfs = filepath.Join(bin, "dolly-server"), filepath.Join(bin, "initramfs.cpio.gz")
+	requireFile(t, server, "run make netboot-test, which builds it")
+	requireFile(t, initramfs, "run make netboot-test, which builds it")
+	return kernel, server, initramfs
 }
 
 func requireFile(t *testing.T, path, fix string) {

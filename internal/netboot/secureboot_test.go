@@ -30,17 +30,7 @@ func TestNetbootSecureBootRefusesTamperedKernel(t *testing.T) {
 	requireFile(t, boot.DefaultShimFile, "needs Debian package shim-signed")
 	requireFile(t, boot.DefaultGrubFile, "needs Debian package grub-efi-amd64-signed")
 	requireFile(t, boot.DefaultBIOSFile, "needs Debian package ipxe")
-	kernel, err := boot.DefaultKernel()
-	if err != nil {
-		t.Skipf("skipped: %v", err)
-	}
-	bin := os.Getenv("DOLLY_BIN")
-	if bin == "" {
-		bin, _ = filepath.Abs("../../bin")
-	}
-	server, initramfs := filepath.Join(bin, "dolly-server"), filepath.Join(bin, "initramfs.cpio.gz")
-	requireFile(t, server, "run make netboot-test, which builds it")
-	requireFile(t, initramfs, "run make netboot-test, which builds it")
+	kernel, server, initramfs := netbootFiles(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -71,23 +61,13 @@ func TestNetbootSecureBootRefusesTamperedKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := n.Command(ctx, server,
+	srvDone := startServer(ctx, t, n, server, srvLog,
 		"-boot", "-secure-boot", "-interface", Bridge,
 		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
 		"-listen", n.Server.String()+":9700",
 		"-kernel", tampered, "-initramfs", initramfs,
 		"-kernel-args", "console=ttyS0,115200 panic=-1",
 		"-image", img, "-chain", "-nodes", "1", "-target", "disk:first", "-yes", "-v")
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatalf("starting dolly-server: %v", err)
-	}
-	srvDone := make(chan error, 1)
-	go func() {
-		err := srv.Wait()
-		srvLog.Close()
-		srvDone <- err
-	}()
 	t.Cleanup(func() {
 		cancel()
 		<-srvDone
@@ -95,15 +75,6 @@ func TestNetbootSecureBootRefusesTamperedKernel(t *testing.T) {
 			t.Logf("--- dolly-server (last 30 lines):\n%s", srvLog.Tail(30))
 		}
 	})
-	select {
-	case <-srvLog.Seen("waiting for"):
-	case err := <-srvDone:
-		srvDone <- err
-		t.Fatalf("dolly-server exited before serving: %v", err)
-	case <-ctx.Done():
-		t.Fatalf("dolly-server did not start serving: %v", ctx.Err())
-	}
-
 	const refused = "bad shim signature"
 	vm := &VM{Name: "pc01", MAC: "52:54:00:12:34:01", Tap: n.Taps[0], Disk: filepath.Join(dir, "pc01.disk"),
 		UEFIVars: filepath.Join(dir, "pc01.vars"), SecureBoot: true}

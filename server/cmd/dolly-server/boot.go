@@ -111,6 +111,8 @@ func (b *bootFlags) check() (after string, err error) {
 				return "", fmt.Errorf("-%s needs -secure-boot", name)
 			}
 		}
+	} else if b.fs.Changed("ipxe-efi") {
+		return "", fmt.Errorf("-ipxe-efi is not used with -secure-boot: UEFI PCs get Shim and GRUB (-shim, -grub)")
 	}
 	if *b.dhcpRange != "" {
 		if _, _, err := boot.ParseRange(*b.dhcpRange); err != nil {
