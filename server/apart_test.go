@@ -86,3 +86,26 @@ func equalSets(a, b []string) bool {
 	}
 	return len(a) == len(b)
 }
+
+// A relay held back by its child is the culprit itself only when the
+// child starves and so does the relay: its link is slow both ways.
+func TestSlowBothWays(t *testing.T) {
+	tests := []struct {
+		name       string
+		c, d       nodeState
+		culpritIsC bool
+	}{
+		{"c's link slow both ways", nodeState{starved: 0.5}, nodeState{starved: 0.9}, true},
+		{"d's disk slow", nodeState{starved: 0.05}, nodeState{starved: 0.1}, false},
+		{"d's inbound link slow", nodeState{starved: 0.1}, nodeState{starved: 0.9}, false},
+		{"d held by its own child", nodeState{starved: 0.5}, nodeState{starved: 0.9, heldBy: "pc05"}, false},
+	}
+	for _, tt := range tests {
+		if got := slowBothWays(&tt.c, &tt.d); got != tt.culpritIsC {
+			t.Errorf("%s: c is the culprit: %v, want %v", tt.name, got, tt.culpritIsC)
+		}
+	}
+	if slowBothWays(&nodeState{starved: 1}, nil) {
+		t.Error("a child that is gone makes c the culprit")
+	}
+}

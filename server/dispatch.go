@@ -56,6 +56,7 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 		}
 	case control.MsgProgress:
 		n.observe(*m.Progress, now)
+		n.starved = m.Progress.Starved
 		if m.Progress.HeldBy != n.heldBy {
 			n.heldBy, n.heldSince = m.Progress.HeldBy, now
 		}

@@ -90,8 +90,11 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 		}
 		c := s.byName[by]
 		v := s.tree.at[c]
-		if c == nil || v == nil || v.parent != u || v.paced || c.status != stCasting || c.heldBy != "" {
+		if c == nil || v == nil || v.parent != u || v.paced || c.status != stCasting {
 			continue
+		}
+		if c.heldBy != "" && !slowBothWays(c, s.byName[c.heldBy]) {
+			continue // c waits on its own child: the culprit is further down
 		}
 		// A plan that runs as predicted has a bottleneck too, which holds
 		// the nodes above it back as much: only a cast held below its
@@ -140,6 +143,17 @@ func (s *Server) expectedOf(expect capacity.Result, n *nodeState) float64 {
 	to := float64(n.progress.Written)
 	from := to - n.rate*rateWindow.Seconds()
 	return heldTo(expect, from/size, to/size)
+}
+
+// slowBothWays reports whether c, which its child d holds back, is the
+// culprit all the same: its link is slow both ways. d then waits for c's
+// data most of the time, held back by nothing, and c waits for its own
+// upstream's a good part of its time. A child slow on its own (its disk,
+// its inbound link) holds c back while c reads its upstream at will. (A
+// slow outbound link of c's alone looks like d's inbound link slow: d is
+// moved then.)
+func slowBothWays(c, d *nodeState) bool {
+	return d != nil && d.heldBy == "" && d.starved >= 0.5 && c.starved >= 0.25
 }
 
 // slowerThanSiblings reports whether v runs well below the other children

@@ -64,6 +64,9 @@ type nodeState struct {
 	// in its reports since heldSince.
 	heldBy    string
 	heldSince time.Time
+	// starved is the share of the time its relay waited for its
+	// upstream's data, in its last report.
+	starved   float64
 	lastHeard time.Time // any message from it
 	lastMoved time.Time // pos last grew
 

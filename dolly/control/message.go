@@ -214,6 +214,10 @@ type Progress struct {
 	// last report, if that was more than half the time: a child too slow
 	// for the stream.
 	HeldBy string `json:"held_by,omitempty"`
+	// Starved is the share of the time since the last report that the
+	// relay waited for its upstream's data (0 to 1): near 1, the node
+	// gets less than it could take.
+	Starved float64 `json:"starved,omitempty"`
 }
 
 // Done is a node's final report.

@@ -194,7 +194,7 @@ func (n *node) reportProgress() (stop func()) {
 		defer close(stopped)
 		t := time.NewTicker(n.cfg.ProgressEvery)
 		defer t.Stop()
-		held, last := n.relay.Held(), time.Now()
+		held, starved, last := n.relay.Held(), n.relay.Starved(), time.Now()
 		for {
 			select {
 			case <-quit:
@@ -202,9 +202,12 @@ func (n *node) reportProgress() (stop func()) {
 			case <-t.C:
 			}
 			p := control.Progress{Stream: n.counters.Stream.Load(), Written: n.counters.Written.Load(), Pos: n.relay.Pos()}
-			now := n.relay.Held()
-			p.HeldBy = relay.MostHeld(held, now, time.Since(last)/2)
-			held, last = now, time.Now()
+			now, nowStarved, span := n.relay.Held(), n.relay.Starved(), time.Since(last)
+			p.HeldBy = relay.MostHeld(held, now, span/2)
+			if span > 0 {
+				p.Starved = min(max(float64(nowStarved-starved)/float64(span), 0), 1)
+			}
+			held, starved, last = now, nowStarved, time.Now()
 			n.ctl.send(control.Message{Type: control.MsgProgress, Progress: &p})
 		}
 	}()

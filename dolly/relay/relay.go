@@ -56,10 +56,14 @@ type Relay struct {
 	spoolDir   string // see Config.SpoolDir
 	spoolLimit int64  // see Config.SpoolLimit
 
-	mu    sync.Mutex
-	up    Upstream // the current upstream, to wake the loop on a request
-	pos   atomic.Int64
-	ended bool // the stream ended; new children get the rest and an end
+	mu  sync.Mutex
+	up  Upstream // the current upstream, to wake the loop on a request
+	pos atomic.Int64
+	// starved is how long, in all, the loop waited for its upstream's
+	// data (nanoseconds), and starving when the wait going on began (0:
+	// none).
+	starved, starving atomic.Int64
+	ended             bool // the stream ended; new children get the rest and an end
 	// named are the children by name, for Detach to cut off a child that
 	// holds the loop up because it does not read.
 	named map[string]*relayChild
@@ -187,6 +191,20 @@ func (r *Relay) ZeroCopy() bool { return r.zeroCopy }
 // Pos is the number of stream bytes received so far (after the header).
 func (r *Relay) Pos() int64 { return r.pos.Load() }
 
+// Starved is how long, in all, the relay waited for its upstream to send
+// more: the other side of Held. A relay whose upstream's link (or its
+// own, inbound) is slow waits here; one held back by a child does not.
+func (r *Relay) Starved() time.Duration {
+	// As relayChild.heldNow: waiting first, so that a wait that ends in
+	// between counts once.
+	w := r.starving.Load()
+	d := r.starved.Load()
+	if w != 0 && r.starving.Load() == w {
+		d += time.Now().UnixNano() - w
+	}
+	return time.Duration(d)
+}
+
 // Reader is the node's own copy of the stream, for its frame reader. The
 // node must keep reading it, or the relay stalls once the history is full.
 func (r *Relay) Reader() io.Reader { return r.hist }
@@ -270,7 +288,11 @@ func (r *Relay) Run(ctx context.Context) (err error) {
 			}
 			continue
 		}
+		waited := time.Now()
+		r.starving.Store(waited.UnixNano())
 		n, rerr := r.readRound(up)
+		r.starved.Add(int64(time.Since(waited)))
+		r.starving.Store(0)
 		if n > 0 {
 			if err := r.distribute(n); err != nil {
 				return err

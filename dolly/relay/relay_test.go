@@ -304,3 +304,24 @@ func TestRelayTakesRequestsWhileUpstreamIsSilent(t *testing.T) {
 		})
 	}
 }
+
+// A relay whose upstream sends nothing counts the wait as starved: what
+// the server tells a starved node from a slow one by.
+func TestRelayCountsTheWaitForItsUpstream(t *testing.T) {
+	for mode, noSplice := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			h := startRelay(t, noSplice, 1)
+			start := time.Now()
+			up, _ := h.upstream()
+			const silent = 300 * time.Millisecond
+			time.Sleep(silent) // the upstream's silence, which is what is measured
+			got := h.r.Starved()
+			if elapsed := time.Since(start); got < silent/2 || got > elapsed {
+				t.Errorf("starved %v over %v of an upstream's silence, want at least half of %v", got, elapsed, silent)
+			}
+			up.Write([]byte{1})
+			up.CloseWrite()
+			h.wait()
+		})
+	}
+}
