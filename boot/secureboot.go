@@ -58,8 +58,8 @@ func GrubLocalConfig(why string) string {
 }
 
 // grubQuote quotes s as one word of GRUB's script language. Within single
-// quotes nothing is special but the quote itself, which is written as
-// '\”.
+// quotes nothing is special but the quote itself, which closes the
+// quotes, is escaped with a backslash, and opens them again.
 func grubQuote(s string) string {
 	if s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !safeWordRune(r) }) {
 		return s
