@@ -74,6 +74,7 @@ Examples:
   dolly-server -image nt.img.zst -tree 2 -nodes 8 -max-rate 50MB/s -yes
   dolly-server -image nt.img -nodes 24 -target /dev/sda2 -boot -interface eth1 -after reboot
   dolly-server -image nt.img -nodes 8 -boot -interface eth1 -dhcp-range 198.18.0.100-198.18.0.199
+  dolly-server -image nt.img -nodes 24 -target disk:first -boot -interface eth1 -secure-boot -after reboot
   dolly-server -preview -topology capacity/examples/patagonia-gbe.json
 
 Options:
