@@ -143,16 +143,18 @@ func firstIPv4(ifi *net.Interface) (netip.Prefix, bool) {
 
 // checkFiles checks that every file to serve is there and readable.
 func checkFiles(c *Config) error {
-	files := []struct{ what, path, fix string }{
+	type served struct{ what, path, fix string }
+	files := []served{
 		{"kernel", c.Kernel, "pass -kernel PATH (Debian's linux-image-amd64 is tested)"},
 		{"initramfs", c.Initramfs, "build it (see initramfs/) or pass -initramfs PATH"},
 		{"iPXE for BIOS", c.BIOSFile, "install Debian's ipxe package or pass -ipxe-bios PATH"},
-		{"iPXE for UEFI", c.EFIFile, "install Debian's ipxe package or pass -ipxe-efi PATH"},
 	}
 	const shimFix, grubFix = "install Debian's shim-signed or pass -shim PATH", "install Debian's grub-efi-amd64-signed or pass -grub PATH"
 	if c.SecureBoot {
-		files[len(files)-1] = struct{ what, path, fix string }{"Shim", c.ShimFile, shimFix}
-		files = append(files, struct{ what, path, fix string }{"GRUB", c.GrubFile, grubFix})
+		// UEFI PCs get Shim and GRUB in place of iPXE.
+		files = append(files, served{"Shim", c.ShimFile, shimFix}, served{"GRUB", c.GrubFile, grubFix})
+	} else {
+		files = append(files, served{"iPXE for UEFI", c.EFIFile, "install Debian's ipxe package or pass -ipxe-efi PATH"})
 	}
 	for _, f := range files {
 		if f.path == "" {
@@ -174,7 +176,7 @@ func checkFiles(c *Config) error {
 	if !c.SecureBoot {
 		return nil
 	}
-	for _, f := range []struct{ what, path, fix string }{
+	for _, f := range []served{
 		{"Shim", c.ShimFile, shimFix},
 		{"GRUB", c.GrubFile, grubFix},
 		{"kernel", c.Kernel, "pass -kernel with a signed kernel (Debian's linux-image-amd64 is)"},

@@ -19,14 +19,28 @@ import (
 func newTFTP(files map[string]string, generated func(name string) (generatedFile, bool), log *slog.Logger) *tftp.Server {
 	read := func(name string, rf io.ReaderFrom) error {
 		client := rf.(tftp.OutgoingTransfer).RemoteAddr()
+		// send sends r, and says how it went.
+		send := func(r io.Reader) error {
+			// ReadFrom finds the size for the tsize option by seeking r.
+			n, err := rf.ReadFrom(r)
+			if err != nil {
+				level := slog.LevelWarn
+				if n == 0 {
+					// UEFI firmware asks for the size first and ends that
+					// transfer before the data.
+					level = slog.LevelInfo
+				}
+				log.Log(context.Background(), level, "tftp: transfer ended early", "file", name, "client", client.String(), "bytes", n, "err", err)
+				return err
+			}
+			log.Info("tftp", "file", name, "client", client.String(), "bytes", n)
+			return nil
+		}
 		if generated != nil {
 			if f, ok := generated(strings.TrimPrefix(name, "/")); ok {
-				n, err := rf.ReadFrom(strings.NewReader(f.text))
-				if err != nil {
-					log.Warn("tftp: transfer ended early", "file", name, "client", client.String(), "bytes", n, "err", err)
+				if err := send(strings.NewReader(f.text)); err != nil {
 					return err
 				}
-				log.Info("tftp", "file", name, "client", client.String(), "bytes", n)
 				if f.delivered != nil {
 					f.delivered()
 				}
@@ -44,20 +58,7 @@ func newTFTP(files map[string]string, generated func(name string) (generatedFile
 			return fmt.Errorf("%q: cannot open", name)
 		}
 		defer f.Close()
-		// ReadFrom finds the size for the tsize option by seeking f.
-		n, err := rf.ReadFrom(f)
-		if err != nil {
-			level := slog.LevelWarn
-			if n == 0 {
-				// UEFI firmware asks for the size first and ends that
-				// transfer before the data.
-				level = slog.LevelInfo
-			}
-			log.Log(context.Background(), level, "tftp: transfer ended early", "file", name, "client", client.String(), "bytes", n, "err", err)
-			return err
-		}
-		log.Info("tftp", "file", name, "client", client.String(), "bytes", n)
-		return nil
+		return send(f)
 	}
 	// No write handler: the library refuses write requests.
 	s := tftp.NewServer(read, nil)
