@@ -1,6 +1,10 @@
 # dolly — see README.md. Every target works on a fresh checkout.
 GO  ?= go
 BIN ?= bin
+# VERSION is what --version reports: a release (make build VERSION=1.2.0)
+# or, by default, the commit the tree is at ("-dirty" with changes).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-ldflags "-X dolly/internal/cli.version=$(VERSION)")
 
 .PHONY: all build test demo bench bench-quick bench-relay initramfs clean
 
@@ -8,7 +12,7 @@ all: build
 
 ## build: the node (bin/dolly) and the server (bin/dolly-server)
 build:
-	$(GO) build -o $(BIN)/ ./dolly/cmd/dolly ./server/cmd/dolly-server
+	$(GO) build $(LDFLAGS) -o $(BIN)/ ./dolly/cmd/dolly ./server/cmd/dolly-server
 
 ## test: vet and every test (root-only tests skip themselves without root)
 test:

@@ -12,6 +12,7 @@ type Report struct {
 	ImageBytes     int64        `json:"image_bytes"`
 	Digest         string       `json:"digest"`
 	Plan           ReportPlan   `json:"plan"`
+	Started        bool         `json:"started"` // false: the cast never began, nothing was written
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
 	JoinSeconds    float64      `json:"join_seconds,omitempty"` // from the last node joining to the plan
 	Verified       int          `json:"verified"`
@@ -68,6 +69,7 @@ func NewReport(sum Summary) Report {
 	r := Report{
 		Image:          sum.Image,
 		ImageBytes:     sum.Size,
+		Started:        sum.Started,
 		ElapsedSeconds: sum.Elapsed.Seconds(),
 		JoinSeconds:    sum.JoinPhase.Seconds(),
 		Verified:       sum.Verified,

@@ -330,6 +330,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 	}
 	start := time.Now()
+	sum.Started = true
 	w := s.newWatch(choice)
 	digest, err := s.runCast(ctx, plan, w)
 	if w != nil {

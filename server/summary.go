@@ -17,6 +17,9 @@ type Summary struct {
 	Digest  imaging.Digest
 	Plan    Choice // what ran and what the model predicted of it
 	Nodes   []NodeSummary
+	// Started says the cast began streaming: nodes may have written to
+	// their targets. A cast that never started changed nothing.
+	Started bool
 	Elapsed time.Duration
 	// JoinPhase is from the last node joining to the plan: the nodes'
 	// probes, the network's, the model (not the admin's confirmation).

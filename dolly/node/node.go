@@ -99,6 +99,10 @@ type Result struct {
 	Elapsed time.Duration
 	// After is the server's after-cast action for netbooted nodes.
 	After string
+	// Started says the node took its place in a cast: from then on its
+	// target may have been written. Run's errors before that (no server,
+	// refused, a target it may not write) changed nothing.
+	Started bool
 }
 
 // node is one run of the node agent.
@@ -209,7 +213,9 @@ func (n *node) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return n.cast(ctx, a)
+	res, err := n.cast(ctx, a)
+	res.Started = true
+	return res, err
 }
 
 // fail tells the server why this node cannot go on and returns that as an

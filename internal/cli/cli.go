@@ -77,19 +77,27 @@ func Logger(w io.Writer, info, debug bool) *slog.Logger {
 
 // Parse parses args into fs, taking single-dash long flags too, with usage
 // (followed by the flags' defaults) as the help text. It returns -1 when
-// the command goes on, or the exit code to end with: 0 after --help, 2 for
-// bad flags or arguments (which takes none).
+// the command goes on, or the exit code to end with: 0 after --help or
+// --version, 2 for bad flags or arguments (which takes none).
 func Parse(fs *pflag.FlagSet, usage string, args []string) int {
 	fs.SortFlags = false
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	// Only --help calls Usage (mistakes are UsageError's): help asked
+	// for goes to stdout, where a pager or grep finds it.
+	fs.SetOutput(os.Stdout)
 	fs.Usage = func() {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(os.Stdout, usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(LongDash(fs, args)); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			return 0
+			return ExitOK
 		}
 		return UsageError(fs.Name(), "%v", err)
+	}
+	if *showVersion {
+		fmt.Printf("%s %s\n", fs.Name(), Version())
+		return ExitOK
 	}
 	if fs.NArg() > 0 {
 		return UsageError(fs.Name(), "unexpected argument %q", fs.Arg(0))
@@ -98,8 +106,8 @@ func Parse(fs *pflag.FlagSet, usage string, args []string) int {
 }
 
 // UsageError prints a command-line mistake with a pointer to --help and
-// returns exit code 2.
+// returns ExitUsage.
 func UsageError(name, format string, a ...any) int {
 	fmt.Fprintf(os.Stderr, "%s: %s\nRun %s --help for usage.\n", name, fmt.Sprintf(format, a...), name)
-	return 2
+	return ExitUsage
 }

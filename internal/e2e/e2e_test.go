@@ -261,16 +261,33 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"dolly", "dolly-server"} {
-		p := start(t, name, "--help")
-		if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.out.String(), "Examples:") {
-			t.Errorf("%s --help: exit %d:\n%s", name, code, p.out.String())
+		for _, help := range []string{"--help", "-help", "help"} {
+			p := start(t, name, help)
+			if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.out.String(), "Examples:") || !strings.Contains(p.out.String(), "Exit codes:") {
+				t.Errorf("%s %s: exit %d:\n%s", name, help, code, p.out.String())
+			}
 		}
+		p := start(t, name, "--version")
+		if code := p.wait(t, 10*time.Second); code != 0 || !strings.HasPrefix(p.out.String(), name+" ") {
+			t.Errorf("%s --version: exit %d:\n%s", name, code, p.out.String())
+		}
+	}
+	for _, args := range [][]string{{"help", "probe"}, {"probe", "--help"}} {
+		p := start(t, "dolly", args...)
+		if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.out.String(), "dolly probe measures this machine") {
+			t.Errorf("dolly %q: exit %d:\n%s", args, code, p.out.String())
+		}
+	}
+	p := start(t, "dolly", "help", "nonsense")
+	if code := p.wait(t, 10*time.Second); code != 2 || !strings.Contains(p.out.String(), "help takes no command or one of") {
+		t.Errorf("dolly help nonsense: exit %d, want 2:\n%s", code, p.out.String())
 	}
 }
 
 func TestMissingImage(t *testing.T) {
 	p := start(t, "dolly-server", "-image", "/nonexistent/nt.img", "-nodes", "1", "-listen", freePort(t))
-	if code := p.wait(t, 10*time.Second); code != 1 || !strings.Contains(p.out.String(), "image /nonexistent/nt.img does not exist") {
+	// 3: the cast could not start.
+	if code := p.wait(t, 10*time.Second); code != 3 || !strings.Contains(p.out.String(), "image /nonexistent/nt.img does not exist") {
 		t.Fatalf("exit %d:\n%s", code, p.out.String())
 	}
 }

@@ -54,8 +54,8 @@ func TestTruncatedImageIsRefused(t *testing.T) {
 	server := start(t, "dolly-server", "-image", zst, "-chain", "-nodes", "1", "-listen", addr, "-no-probe")
 	code := server.wait(t, time.Minute)
 	out := server.out.String()
-	if code == 0 || !strings.Contains(out, "truncated or corrupt") {
-		t.Fatalf("dolly-server exited %d; want non-zero and \"truncated or corrupt\":\n%s", code, out)
+	if code != 3 || !strings.Contains(out, "truncated or corrupt") {
+		t.Fatalf("dolly-server exited %d; want 3 (could not start) and \"truncated or corrupt\":\n%s", code, out)
 	}
 	if code := node.wait(t, time.Minute); code == 0 {
 		t.Fatalf("dolly exited 0 for a truncated image:\n%s", node.out.String())
@@ -202,7 +202,7 @@ func TestServerSurvivesBadControlInput(t *testing.T) {
 }
 
 // Images dolly cannot cast are refused with a message that names the file
-// and what to do, and exit code 1.
+// and what to do, and exit code 3: the cast could not start.
 func TestUnusableImages(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
@@ -229,8 +229,8 @@ func TestUnusableImages(t *testing.T) {
 			p := start(t, "dolly-server", "-image", tt.image, "-chain", "-nodes", "1", "-listen", freePort(t), "-no-probe")
 			code := p.wait(t, 30*time.Second)
 			out := p.out.String()
-			if code != 1 || !strings.Contains(out, tt.want) || !strings.Contains(out, tt.image) {
-				t.Fatalf("exit %d; want 1 and a message naming %s with %q:\n%s", code, tt.image, tt.want, out)
+			if code != 3 || !strings.Contains(out, tt.want) || !strings.Contains(out, tt.image) {
+				t.Fatalf("exit %d; want 3 and a message naming %s with %q:\n%s", code, tt.image, tt.want, out)
 			}
 		})
 	}

@@ -29,6 +29,7 @@ Usage:
   dolly -server HOST:PORT [-target PATH] [-name NAME] [-key FILE]
   dolly probe [-target PATH] [-server HOST:PORT] [-o json]
   dolly key -o FILE
+  dolly help [probe | key]
 
 With -key, the node joins only a server that proves it holds the same cast
 key, and writes only frames whose tags verify under it; without -key it joins
@@ -43,7 +44,7 @@ writes to the target the server names (dolly-server -target).
 
 dolly exits 0 only when its target holds the image and the server has
 confirmed the digest.
-
+`+cli.ExitCodes+`
 When it joins, the node measures itself in one to three seconds (dolly probe
 shows the figures): link speed, the target's write rate (written back with the bytes
 it held, so nothing changes), memory copy, CRC-32C and decompression rates. The
@@ -61,12 +62,21 @@ func main() {
 }
 
 func run() int {
-	if len(os.Args) > 1 && os.Args[1] == "probe" {
-		return probeMachine(os.Args[2:])
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "probe":
+			return probeMachine(os.Args[2:])
+		case "key":
+			return keygen(os.Args[2:])
+		case "help":
+			return help(os.Args[2:])
+		}
 	}
-	if len(os.Args) > 1 && os.Args[1] == "key" {
-		return keygen(os.Args[2:])
-	}
+	return runNode(os.Args[1:])
+}
+
+// runNode is dolly itself: join a cast and write the image.
+func runNode(args []string) int {
 	fs := pflag.NewFlagSet("dolly", pflag.ContinueOnError)
 	server := fs.String("server", "", "dolly-server's address, HOST:PORT (port 9700 if omitted)")
 	target := fs.String("target", "", "block device or file to write the image to")
@@ -83,7 +93,7 @@ func run() int {
 	buffered := fs.Bool("buffered", false, "write a block device through the page cache instead of with O_DIRECT (for a driver that handles direct writes badly)")
 	spoolDir := fs.String("spool", "", "directory for the stream this node holds for a slower node it serves at that node's pace (default: the system's temporary directory, RAM in the netboot image)")
 	verbose := fs.BoolP("verbose", "v", false, "log more")
-	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
+	if code := cli.Parse(fs, usage, args); code >= 0 {
 		return code
 	}
 	if *server == "" {
@@ -98,7 +108,7 @@ func run() int {
 		k, err := castkey.ReadKeyFile(*keyFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
-			return 2
+			return cli.ExitNotStarted
 		}
 		if w := castkey.FileWarning(*keyFile); w != "" {
 			fmt.Fprintf(os.Stderr, "dolly: warning: %s\n", w)
@@ -138,7 +148,10 @@ func run() int {
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
-		return 1
+		if !res.Started {
+			return cli.ExitNotStarted
+		}
+		return cli.ExitFailed
 	}
 	fmt.Printf("dolly: verified %s on %s in %s (%.1f MB/s)\n", units.FormatBytes(res.Written), res.Target,
 		time.Since(start).Round(time.Millisecond), float64(res.Written)/res.Elapsed.Seconds()/1e6)
@@ -232,4 +245,18 @@ func keygen(args []string) int {
 	}
 	fmt.Printf("dolly key: wrote a new cast key to %s\n", *out)
 	return 0
+}
+
+// help is "dolly help [command]": the command's --help.
+func help(args []string) int {
+	switch {
+	case len(args) == 0:
+		return runNode([]string{"--help"})
+	case len(args) > 1:
+	case args[0] == "probe":
+		return probeMachine([]string{"--help"})
+	case args[0] == "key":
+		return keygen([]string{"--help"})
+	}
+	return cli.UsageError("dolly", "help takes no command or one of: probe, key")
 }

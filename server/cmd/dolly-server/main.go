@@ -28,6 +28,7 @@ Usage:
   dolly-server -image PATH [-auto | -chain | -tree N | -star] [-nodes N] [-target DEV] [options]
   dolly-server -preview -topology FILE [-image PATH] [-o json]
   dolly-server -build-initramfs FILE [-kernel PATH]
+  dolly-server help | --help | --version
 
 Nodes run "dolly -server HOST:PORT" (or netboot into it) and join, each sending
 what it measured of itself. Once -nodes have joined, the server shows the
@@ -69,6 +70,7 @@ instead, enroll, and are handed the cast key if -allow names them. Without
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
 
+`+cli.ExitCodes+`
 Examples:
   dolly-server -image nt.img -chain -nodes 24 -target /dev/sda2
   dolly-server -image nt.img.zst -tree 2 -nodes 8 -max-rate 50MB/s -yes
@@ -114,7 +116,11 @@ func run() int {
 	netProbe := fs.Duration("net-probe", 500*time.Millisecond, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	bootf := addBootFlags(fs)
-	if code := cli.Parse(fs, usage, os.Args[1:]); code >= 0 {
+	args := os.Args[1:]
+	if len(args) == 1 && args[0] == "help" {
+		args = []string{"--help"}
+	}
+	if code := cli.Parse(fs, usage, args); code >= 0 {
 		return code
 	}
 	usageErr := func(format string, a ...any) int { return cli.UsageError("dolly-server", format, a...) }
@@ -128,7 +134,7 @@ func run() int {
 		f.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %s: %v\n", *topology, err)
-			return 1
+			return cli.ExitNotStarted
 		}
 	}
 	fsz, err := units.ParseSize(*frameSize)
@@ -215,7 +221,7 @@ func run() int {
 		k, err := castkey.ReadKeyFile(*keyFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
-			return 2
+			return cli.ExitNotStarted
 		}
 		if w := castkey.FileWarning(*keyFile); w != "" {
 			fmt.Fprintf(os.Stderr, "dolly-server: warning: %s\n", w)
@@ -251,7 +257,7 @@ func run() int {
 	}
 	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, disks, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
-		return 1
+		return cli.ExitNotStarted
 	}
 	sum, err := server.Run(ctx, cfg)
 	disks.castOver()
@@ -265,9 +271,12 @@ func run() int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
-		return 1
+		if !sum.Started {
+			return cli.ExitNotStarted
+		}
+		return cli.ExitFailed
 	}
-	return 0
+	return cli.ExitOK
 }
 
 // rebootWait bounds how long the netboot service stays up after a cast
@@ -280,7 +289,7 @@ func runPreview(ctx context.Context, topo *capacity.Topology, image string, fram
 	results, notes, err := server.Preview(ctx, topo, image, frameSize)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
-		return 1
+		return cli.ExitNotStarted
 	}
 	rows := capacity.Preview(results)
 	if output == "json" {
