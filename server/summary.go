@@ -12,11 +12,11 @@ import (
 
 // Summary is the outcome of a cast.
 type Summary struct {
-	Image   string
-	Size    int64
-	Digest  imaging.Digest
-	Plan    Choice // what ran and what the model predicted of it
-	Nodes   []NodeSummary
+	Image  string
+	Size   int64
+	Digest imaging.Digest
+	Plan   Choice // what ran and what the model predicted of it
+	Nodes  []NodeSummary
 	// Started says the cast began streaming: nodes may have written to
 	// their targets. A cast that never started changed nothing.
 	Started bool

@@ -44,7 +44,7 @@ writes to the target the server names (dolly-server -target).
 
 dolly exits 0 only when its target holds the image and the server has
 confirmed the digest.
-`+cli.ExitCodes+`
+` + cli.ExitCodes + `
 When it joins, the node measures itself in one to three seconds (dolly probe
 shows the figures): link speed, the target's write rate (written back with the bytes
 it held, so nothing changes), memory copy, CRC-32C and decompression rates. The

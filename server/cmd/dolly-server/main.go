@@ -70,7 +70,7 @@ instead, enroll, and are handed the cast key if -allow names them. Without
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
 
-`+cli.ExitCodes+`
+` + cli.ExitCodes + `
 Examples:
   dolly-server -image nt.img -chain -nodes 24 -target /dev/sda2
   dolly-server -image nt.img.zst -tree 2 -nodes 8 -max-rate 50MB/s -yes
