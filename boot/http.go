@@ -53,10 +53,11 @@ func askMAC(base string) string {
 }
 
 // httpHandler serves the iPXE script, the kernel and the initramfs (at
-// base), and nothing else. With local, a PC that names its MAC (see
-// askMAC) for which local gives a reason gets LocalScript instead, and
-// sent, if set, is told once the script is on its way.
-func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, sent func(mac string), log *slog.Logger) http.Handler {
+// base), and every other path with other (nothing if nil). With local, a
+// PC that names its MAC (see askMAC) for which local gives a reason gets
+// LocalScript instead, and sent, if set, is told once the script is on its
+// way.
+func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, sent func(mac string), other http.Handler, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -81,7 +82,17 @@ func httpHandler(base, script, kernel, initramfs string, local func(mac string) 
 	})
 	mux.HandleFunc("GET /vmlinuz", serveFile(kernel))
 	mux.HandleFunc("GET /initramfs", serveFile(initramfs))
-	return logRequests(mux, log)
+	boot := logRequests(mux, log)
+	if other == nil {
+		return boot
+	}
+	// The boot files are logged; the rest (a page that polls) is not.
+	top := http.NewServeMux()
+	for _, path := range []string{"/boot.ipxe", "/vmlinuz", "/initramfs"} {
+		top.Handle(path, boot)
+	}
+	top.Handle("/", other)
+	return top
 }
 
 // serveFile serves path, opened afresh per request so that a rebuilt

@@ -2,6 +2,7 @@ package boot
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,7 +48,7 @@ func TestHTTP(t *testing.T) {
 	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 123_457)
 	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
 	var log bytes.Buffer
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 
 	fileBytes := func(path string) string {
@@ -100,6 +101,40 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
+// Paths that are not boot files go to the other handler (the status
+// page); the boot files do not.
+func TestHTTPServesOtherPaths(t *testing.T) {
+	dir := t.TempDir()
+	kernel := writeFile(t, dir, "vmlinuz", 1001)
+	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 1002)
+	script := Script("http://198.18.0.1:9701", nil)
+	other := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "page %s", r.URL.Path) })
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, other, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	tests := []struct{ path, want string }{
+		{"/", "page /"},
+		{"/metrics", "page /metrics"},
+		{"/boot.ipxe", script},
+		{"/vmlinuz", ""}, // the kernel: checked by its size below
+	}
+	for _, tt := range tests {
+		resp, err := http.Get(srv.URL + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode != 200:
+			t.Errorf("GET %s: status %d", tt.path, resp.StatusCode)
+		case tt.path == "/vmlinuz" && len(body) != 1001:
+			t.Errorf("GET /vmlinuz: %d bytes, want the kernel's 1001", len(body))
+		case tt.path != "/vmlinuz" && string(body) != tt.want:
+			t.Errorf("GET %s: %q, want %q", tt.path, body, tt.want)
+		}
+	}
+}
+
 // A PC that names its MAC gets the node's script, or its own disk's when
 // the server says why it should boot that.
 func TestHTTPBootsTheLocalDisk(t *testing.T) {
@@ -121,7 +156,7 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 		defer mu.Unlock()
 		sent = append(sent, mac)
 	}
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, sentTo, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, sentTo, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 	tests := []struct {
 		path string

@@ -76,6 +76,9 @@ type Config struct {
 	// been sent what LocalBoot chose for it, so that the services are not
 	// stopped while it is on its way.
 	LocalSent func(mac string)
+	// Other, if set, serves every HTTP path that is not a boot file:
+	// dolly-server's status page, on the port the PCs boot from.
+	Other http.Handler
 
 	// Ports; zero means the standard ones. Tests use others.
 	HTTPPort   int // default DefaultHTTPPort
@@ -166,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	args = append(args, c.KernelArgs...)
 	script := Script(base, args)
 	s.http = &http.Server{
-		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, c.LocalSent, s.log),
+		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, c.LocalSent, c.Other, s.log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A kernel and an initramfs at a slow firmware's pace take a

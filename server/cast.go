@@ -170,6 +170,17 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	defer tick.Stop()
 	draw := time.NewTicker(view.interval())
 	defer draw.Stop()
+	s.emit(Event{Type: EvStarted})
+	var report <-chan time.Time // progress events
+	if s.cfg.Events != nil {
+		t := time.NewTicker(eventEvery)
+		defer t.Stop()
+		report = t.C
+	}
+	finish := func() {
+		view.finish(s.snapshot(), src.sent.Load())
+		s.emitProgress(src.sent.Load())
+	}
 	var watchTick <-chan time.Time
 	if w != nil {
 		s.check(ctx, w, time.Now()) // where every node starts from
@@ -185,7 +196,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 			srcDone = nil
 			if err != nil && ctx.Err() == nil {
 				s.abortAll(err.Error())
-				view.finish(s.snapshot(), src.sent.Load())
+				finish()
 				return digest, err
 			}
 		case digest = <-src.digest:
@@ -198,18 +209,20 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 			s.moveSlowApart(ctx, w, time.Now())
 		case <-draw.C:
 			view.draw(s.snapshot(), src.sent.Load())
+		case <-report:
+			s.emitProgress(src.sent.Load())
 		case now := <-watchTick:
 			s.check(ctx, w, now)
 		case <-ctx.Done():
 			s.abortAll("dolly-server was interrupted")
-			view.finish(s.snapshot(), src.sent.Load())
+			finish()
 			return digest, ctx.Err()
 		}
 		if haveDigest {
 			s.sendVerdicts(digest)
 		}
 		if sourceDone && s.allFinished() {
-			view.finish(s.snapshot(), src.sent.Load())
+			finish()
 			return digest, nil
 		}
 	}
@@ -300,11 +313,13 @@ func (s *Server) sendVerdicts(digest imaging.Digest) {
 			if s.cfg.Verified != nil {
 				s.cfg.Verified(n.name, n.macs)
 			}
+			s.emit(Event{Type: EvVerified, Node: n.name})
 		} else {
 			n.verdict = rejected
 			n.reason = fmt.Sprintf("digest %.12s differs from the source's %s", n.digest, digest.Short())
 			n.status = stFailed
 			r.Message = n.reason
+			s.emit(Event{Type: EvRejected, Node: n.name, Text: n.reason})
 		}
 		if err := n.conn.Send(control.Message{Type: control.MsgResult, Result: &r}); err != nil {
 			s.log.Warn("sending verdict", "node", n.name, "err", err)

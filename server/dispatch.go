@@ -169,7 +169,7 @@ func (s *Server) joinLate(ctx context.Context, n *nodeState) {
 	n.status, n.start, n.lastHeard, n.lastMoved, n.waiting = stCasting, now, now, now, true
 	s.castNodes = append(s.castNodes, n)
 	s.mu.Unlock()
-	fmt.Fprintf(s.cfg.Out, "  %s joined late: the source sends it the image once the others have the stream\n", n.name)
+	s.say(EvRewired, n.name, "%s joined late: the source sends it the image once the others have the stream", n.name)
 	a := control.Assign{Upstream: SourceName, Encoding: s.src.header.Encoding.String()}
 	if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {
 		s.post(castEvent{kind: evDown, node: n, reason: fmt.Sprintf("could not send it its place: %v", err)})
@@ -203,17 +203,17 @@ func (s *Server) removeNode(ctx context.Context, x *nodeState, reason string) {
 	s.mu.Unlock()
 
 	s.log.Warn("node out of the cast", "node", x.name, "reason", reason, "children", len(r.added))
+	var rewired string
+	if len(r.added) > 0 {
+		rewired = fmt.Sprintf("; %s now feeds %s", r.added[0].up.name(), joinNames(r.fed(), 8))
+	}
 	if x.verdict == verified {
 		// Its target is verified; it only no longer serves.
-		fmt.Fprintf(s.cfg.Out, "  %s is gone: %s", x.name, reason)
+		s.say(EvLeft, x.name, "%s is gone: %s%s", x.name, reason, rewired)
 	} else {
-		fmt.Fprintf(s.cfg.Out, "  %s is out of the cast: %s", x.name, reason)
+		s.say(EvFailed, x.name, "%s is out of the cast: %s%s", x.name, reason, rewired)
 		x.conn.Send(control.Message{Type: control.MsgAbort, Reason: "taken out of the cast: " + reason})
 	}
-	if len(r.added) > 0 {
-		fmt.Fprintf(s.cfg.Out, "; %s now feeds %s", r.added[0].up.name(), joinNames(r.fed(), 8))
-	}
-	fmt.Fprintln(s.cfg.Out)
 	s.rewire(ctx, r)
 	s.signal()
 }
@@ -248,7 +248,7 @@ func (s *Server) appendNode(ctx context.Context, n *nodeState) {
 	}
 	s.mu.Unlock()
 	where := r.added[0].up.name()
-	fmt.Fprintf(s.cfg.Out, "  %s is back: %s sends it the rest from byte %d\n", n.name, where, n.pos)
+	s.say(EvRewired, n.name, "%s is back: %s sends it the rest from byte %d", n.name, where, n.pos)
 	a := control.Assign{Upstream: where, Encoding: s.src.header.Encoding.String()}
 	n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a})
 	s.rewire(ctx, r)

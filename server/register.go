@@ -175,6 +175,11 @@ func (s *Server) printRoll(what string, n *nodeState) {
 		count += fmt.Sprintf("/%d", s.cfg.Nodes)
 	}
 	fmt.Fprintf(s.cfg.Out, "  %-6s %-16s from %s (%s)\n", what, n.name, n.from, count)
+	t := EvJoined
+	if what == "left" {
+		t = EvLeft
+	}
+	s.emit(Event{Type: t, Node: n.name, Text: fmt.Sprintf("%s %s from %s (%s)", what, n.name, n.from, count)})
 }
 
 // lostNode records a control connection c of n that ended. A node that

@@ -190,6 +190,7 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 		return
 	}
 	fmt.Fprintln(s.cfg.Out, rp.Message)
+	s.emit(Event{Type: EvReplanned, Text: strings.TrimSpace(rp.Message)})
 	s.log.Info("re-plan", "from", rp.From, "to", rp.To, "measured", rp.Measured, "predicted", rp.Predicted)
 	w.said = append(w.said, rp)
 	w.predicted, w.expect = rp.Predicted, expect

@@ -92,6 +92,11 @@ type Config struct {
 
 	// Ready, if set, receives the control address once the server listens.
 	Ready func(addr net.Addr)
+	// Events, if set, is told each step of the cast as it happens, for
+	// whoever watches it besides Out: -o json, the status page, /metrics.
+	// It may run with the server's state locked: it must return at once
+	// and must not call the server.
+	Events func(Event)
 }
 
 // DefaultListen is the control port nodes connect to.
@@ -258,13 +263,22 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		// and does not compete with the scan for the CPU.
 		s.probeSelf(ctx)
 	}()
-	return s.run(ctx)
+	sum, err := s.run(ctx)
+	r := NewReport(sum)
+	e := Event{Type: EvSummary, Summary: &r}
+	if err != nil {
+		e.Text = err.Error()
+	}
+	s.emit(e)
+	return sum, err
 }
 
 func (s *Server) run(ctx context.Context) (Summary, error) {
 	sum := Summary{Image: s.cfg.Image}
 	fmt.Fprintf(s.cfg.Out, "dolly-server: image %s (%s, %s stored), listening on %s\n",
 		s.cfg.Image, s.img.Encoding, units.FormatBytes(s.img.StreamSize), s.ln.Addr())
+	s.emit(Event{Type: EvListening, Image: &ImageInfo{Path: s.cfg.Image, Bytes: s.img.Size, StreamBytes: s.img.StreamSize,
+		Encoding: s.img.Encoding.String(), Listen: s.ln.Addr().String(), Nodes: s.cfg.Nodes}})
 	if s.cfg.Nodes > 0 {
 		fmt.Fprintf(s.cfg.Out, "waiting for %d nodes to join\n", s.cfg.Nodes)
 	} else {
@@ -322,6 +336,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	plan := s.bind(choice, ready)
 	printPreview(s.cfg.Out, choice)
 	s.printPlan(plan, choice)
+	s.emit(Event{Type: EvPlan, Plan: s.planInfo(plan, choice)})
 	if !s.confirmed() {
 		ok, err := s.confirm(ready)
 		if err != nil || !ok {

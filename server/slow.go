@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -123,7 +122,7 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 		l.node.lastMoved = now // it waits for its new upstream from now on
 	}
 	s.mu.Unlock()
-	fmt.Fprintf(s.cfg.Out, "  %s holds the others back (%s waited on it for %s): %s serves it apart from now on, at its own pace\n",
+	s.say(EvRewired, slow.name, "%s holds the others back (%s waited on it for %s): %s serves it apart from now on, at its own pace",
 		slow.name, holder, formatDuration(held), leaf.name())
 	s.log.Warn("slow node moved apart", "node", slow.name, "held", holder, "by", leaf.name())
 	s.rewire(ctx, r)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -45,11 +46,12 @@ func TestMain(m *testing.M) {
 
 // proc is a started binary.
 type proc struct {
-	cmd  *exec.Cmd
-	out  syncBuffer
-	done chan struct{}
-	err  error
-	hwm  atomic.Int64 // peak resident set seen in /proc, bytes
+	cmd            *exec.Cmd
+	out            syncBuffer // stdout and stderr as they came
+	stdout, stderr syncBuffer
+	done           chan struct{}
+	err            error
+	hwm            atomic.Int64 // peak resident set seen in /proc, bytes
 }
 
 // syncBuffer is a buffer a process writes while the test reads it.
@@ -76,7 +78,7 @@ func start(t *testing.T, name string, args ...string) *proc {
 		name = filepath.Join(bin, name) // one of dolly's programs
 	}
 	p := &proc{cmd: exec.Command(name, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	p.cmd.Stdout, p.cmd.Stderr = io.MultiWriter(&p.out, &p.stdout), io.MultiWriter(&p.out, &p.stderr)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

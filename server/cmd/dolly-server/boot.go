@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -144,7 +146,9 @@ func (b *bootFlags) check() (after string, err error) {
 // kernel command line (dolly.serverkey=), never the cast key: they enroll
 // (control.NodeEnroll), and get the cast key from the server once -allow
 // admits them.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, disks *diskBoots, logger *slog.Logger) (errc <-chan error, err error) {
+// page, if set, serves every HTTP path that is not a boot file (the status
+// page); out is the admin's view.
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, disks *diskBoots, page http.Handler, out io.Writer, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}
@@ -166,6 +170,7 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 		HTTPPort:    *b.httpPort,
 		LocalBoot:   disks.why,
 		LocalSent:   disks.sentTo,
+		Other:       page,
 		Logger:      logger,
 	}
 	if *b.dhcpRange != "" {
@@ -194,7 +199,10 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 	if err != nil {
 		return nil, fmt.Errorf("-boot: %w", err)
 	}
-	fmt.Printf("netboot: %s; kernel %s, initramfs %s\n", s.Mode(), cfg.Kernel, cfg.Initramfs)
+	fmt.Fprintf(out, "netboot: %s; kernel %s, initramfs %s\n", s.Mode(), cfg.Kernel, cfg.Initramfs)
+	if page != nil {
+		fmt.Fprintf(out, "status page: %s\n", strings.TrimSuffix(s.ScriptURL(), "boot.ipxe"))
+	}
 	c := make(chan error, 1)
 	go func() {
 		err := s.Serve(ctx)

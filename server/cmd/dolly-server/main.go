@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path"
@@ -20,6 +21,7 @@ import (
 	"dolly/internal/cli"
 	"dolly/internal/units"
 	"dolly/server"
+	"dolly/server/status"
 )
 
 const usage = `dolly-server casts a raw or compressed disk image to many machines at once.
@@ -67,6 +69,11 @@ frames. Nodes without the key (netbooted ones) get the server's public key
 instead, enroll, and are handed the cast key if -allow names them. Without
 -key, anyone on the network can join and receive the image.
 
+Watching: a read-only status page (the plan drawn, each node's progress and
+verdict, the model's preview, what happened) and Prometheus /metrics are on
+-http (default :9701; with -boot, on the netboot HTTP port). -o json writes
+the cast's events to stdout as lines of JSON, for scripts.
+
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
 
@@ -77,6 +84,7 @@ Examples:
   dolly-server -image nt.img -nodes 24 -target /dev/sda2 -boot -interface eth1 -after reboot
   dolly-server -image nt.img -nodes 8 -boot -interface eth1 -dhcp-range 198.18.0.100-198.18.0.199
   dolly-server -image nt.img -nodes 24 -target disk:first -boot -interface eth1 -secure-boot -after reboot
+  dolly-server -image nt.img -nodes 24 -target /dev/sda2 -yes -o json > events.jsonl
   dolly-server -preview -topology capacity/examples/patagonia-gbe.json
 
 Options:
@@ -99,7 +107,8 @@ func run() int {
 	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
-	output := fs.StringP("output", "o", "text", "format of -preview: text or json")
+	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON")
+	httpAddr := fs.String("http", defaultHTTP, "address of the status page and /metrics (read-only); off: none. With -boot they are on the netboot HTTP port")
 	maxRate := fs.String("max-rate", "", "limit the source's sending rate, e.g. 20MB/s or 100Mbit")
 	frameSize := fs.String("frame-size", "1MiB", "frame (segment) size: smaller frames fill a long chain sooner")
 	yes := fs.BoolP("yes", "y", false, "do not ask before overwriting the targets")
@@ -180,11 +189,16 @@ func run() int {
 		ProgressEvery: *progressEvery,
 		Out:           os.Stdout,
 		In:            os.Stdin,
-		Interactive:   cli.IsTerminal(os.Stdin) && cli.IsTerminal(os.Stdout),
 		// Node events show in the admin's view; logs are for problems
 		// unless asked for.
 		Logger: cli.Logger(os.Stderr, *verbose, *verbose),
 	}
+	// With -o json, stdout carries the events and the admin's view moves
+	// to stderr.
+	if *output == "json" {
+		cfg.Out = os.Stderr
+	}
+	cfg.Interactive = cli.IsTerminal(os.Stdin) && cli.IsTerminal(cfg.Out.(*os.File))
 	shapes := 0
 	for _, set := range []bool{*auto, *chain, *tree != 0, *star} {
 		if set {
@@ -251,15 +265,43 @@ func run() int {
 	if *bootf.enabled && cfg.Key != nil && len(cfg.Allow) == 0 {
 		return usageErr("-boot with -key needs -allow: netbooted nodes hold no key, and enroll only if -allow names them (e.g. -allow 'pc*' or a MAC pattern)")
 	}
+	if *bootf.enabled && fs.Changed("http") {
+		return usageErr("-http is for a server without -boot: with -boot the status page is on the netboot HTTP port (-http-port)")
+	}
+	hub := status.NewHub()
+	watchers := []func(server.Event){hub.Publish}
+	if *output == "json" {
+		events := newJSONEvents(os.Stdout)
+		defer events.Close()
+		watchers = append(watchers, events.Send)
+	}
+	cfg.Events = fanOut(watchers...)
+	var page http.Handler
+	if *httpAddr != "off" && *httpAddr != "" {
+		page = hub.Handler()
+	}
+	pageCtx, stopPage := context.WithCancel(context.Background())
+	defer stopPage()
+	if page != nil && !*bootf.enabled {
+		url, err := serveStatus(pageCtx, *httpAddr, fs.Changed("http"), page, cfg.Logger)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+			return cli.ExitNotStarted
+		}
+		if url != "" {
+			fmt.Fprintf(cfg.Out, "status page: %s\n", url)
+		}
+	}
 	disks := newDiskBoots()
 	if *bootf.enabled {
 		cfg.Verified = disks.add
 	}
-	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, disks, cfg.Logger); err != nil {
+	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, disks, page, cfg.Out, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return cli.ExitNotStarted
 	}
 	sum, err := server.Run(ctx, cfg)
+	hub.Close() // open pages get the final state before the page server stops
 	disks.castOver()
 	if *report != "" && sum.Image != "" {
 		if werr := server.WriteReport(*report, sum); werr != nil {

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"dolly/server"
+)
+
+// chromium finds a headless-capable browser, or skips.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium: apt-get install chromium to test the status page in a browser")
+	return ""
+}
+
+// The status page, in a real browser, during a cast: it shows every node
+// and their progress moving, draws the plan, and turns a killed node
+// FAILED.
+func TestStatusPageInBrowser(t *testing.T) {
+	browser := chromium(t)
+	page := freePort(t)
+	c := newFailCast(t, 3, "-http", page, "-node-timeout", "2s")
+	c.startServer()
+	c.startNodes()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancelTime := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTime()
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+page+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#picture svg g[data-node="pc03"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-node="pc01"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-node="pc02"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-node="pc03"]`)),
+	); err != nil {
+		t.Fatalf("the page never showed the plan and its three nodes: %v\n%s", err, c.server.out.String())
+	}
+	// Progress moves on the page while the cast runs.
+	const bytesOf = `Number(document.querySelector('tr[data-node="pc01"] td.written').dataset.bytes)`
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[int64](bytesOf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf("%s > %d", bytesOf, first))); err != nil {
+		t.Fatalf("pc01's progress on the page stayed at %d: %v", first, err)
+	}
+	waitWritten(t, c.nodes[1], failImage/4)
+	c.nodes[1].cmd.Process.Signal(syscall.SIGKILL)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.querySelector('tr[data-node="pc02"] .state').textContent === "FAILED"`)); err != nil {
+		t.Fatalf("the killed pc02 never turned FAILED on the page: %v\n%s", err, c.server.out.String())
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: a PNG
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("DOLLY_SCREENSHOTS") // where to keep it; make bench-quick sets it
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(dir, "status-page.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The others finish; the page says so.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.querySelector('tr[data-node="pc03"] .state').textContent === "VERIFIED"`)); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("pc03 never turned VERIFIED on the page: %v\npage:\n%s\nserver:\n%s", err, text, c.server.out.String())
+	}
+	if msg, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("error").textContent`)); err != nil || msg != "" {
+		t.Errorf("the page reports an error: %q (%v)", msg, err)
+	}
+	if code := c.server.wait(t, time.Minute); code != 1 {
+		t.Errorf("dolly-server exited %d with a node killed, want 1:\n%s", code, c.server.out.String())
+	}
+	for _, i := range []int{0, 2} {
+		c.nodes[i].wait(t, time.Minute)
+		c.checkTarget(i)
+	}
+}
+
+// -o json: every line of stdout is an event, in order, and the last, the
+// summary, says what the terminal's summary says.
+func TestJSONEvents(t *testing.T) {
+	c := newFailCast(t, 2, "-o", "json", "-http", "off")
+	c.startServer()
+	c.startNodes()
+	if code := c.server.wait(t, time.Minute); code != 0 {
+		t.Fatalf("dolly-server exited %d:\n%s", code, c.server.out.String())
+	}
+	for i := range c.nodes {
+		c.nodes[i].wait(t, time.Minute)
+	}
+	var events []server.Event
+	sc := bufio.NewScanner(strings.NewReader(c.server.stdout.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e server.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("stdout line %q is not an event: %v", sc.Text(), err)
+		}
+		events = append(events, e)
+	}
+	var types []string
+	for _, e := range events {
+		if len(types) == 0 || types[len(types)-1] != string(e.Type) {
+			types = append(types, string(e.Type))
+		}
+	}
+	want := "listening joined plan started progress verified summary"
+	if got := strings.Join(types, " "); !strings.HasPrefix(got, "listening joined plan started") || !strings.HasSuffix(got, "summary") || !strings.Contains(got, "verified") {
+		t.Errorf("event types %q, want them in the order %q", got, want)
+	}
+	sum := events[len(events)-1].Summary
+	if sum == nil {
+		t.Fatal("the last event has no summary")
+	}
+	report := c.readReport()
+	if sum.Verified != 2 || sum.Verified != report.Verified || sum.Digest != report.Digest || len(sum.Nodes) != len(report.Nodes) {
+		t.Errorf("summary event %+v differs from the report %+v", sum, report)
+	}
+	// The terminal view went to stderr, and says the same.
+	term := c.server.stderr.String()
+	if !strings.Contains(term, fmt.Sprintf("%d of %d nodes verified", sum.Verified, len(sum.Nodes))) || !strings.Contains(term, sum.Digest[:12]) {
+		t.Errorf("the terminal's summary does not match the event's (%d of %d, digest %.12s):\n%s", sum.Verified, len(sum.Nodes), sum.Digest, term)
+	}
+}
