@@ -2,36 +2,46 @@ package server
 
 import (
 	"context"
-	"time"
+
+	"golang.org/x/time/rate"
 )
 
-// pacer holds a sender to an average rate: after each send it sleeps until
-// the bytes sent so far are due at that rate. It shapes at the application
-// level, so a cast can share a network politely.
+// pacer holds the source to a rate (-max-rate), so that a cast can share a
+// network politely. It is a token bucket whose burst is paceBurst of
+// sending at that rate: after a stall (a slow child, a rewiring) the source
+// goes on at the rate, instead of making up the lost time at line rate.
 type pacer struct {
-	rate  float64 // bytes per second; 0 means no limit
-	start time.Time
-	sent  float64
+	lim *rate.Limiter // nil: no limit
 }
 
-func newPacer(rate float64) *pacer { return &pacer{rate: rate, start: time.Now()} }
+// paceBurst is how much sending at the rate the bucket holds: enough that
+// the source sends whole frames, small enough that a burst is over before
+// a switch's buffers fill.
+const paceBurst = 0.05 // seconds
 
+// minBurst is the least burst in bytes, for very low rates.
+const minBurst = 64 << 10
+
+func newPacer(bytesPerSec float64) *pacer {
+	if bytesPerSec <= 0 {
+		return &pacer{}
+	}
+	burst := max(int(bytesPerSec*paceBurst), minBurst)
+	return &pacer{lim: rate.NewLimiter(rate.Limit(bytesPerSec), burst)}
+}
+
+// wait takes n bytes from the bucket, waiting as long as the rate needs;
+// more than a burst is taken a burst at a time.
 func (p *pacer) wait(ctx context.Context, n int) error {
-	if p.rate <= 0 {
+	if p.lim == nil {
 		return nil
 	}
-	p.sent += float64(n)
-	due := p.start.Add(time.Duration(p.sent / p.rate * float64(time.Second)))
-	d := time.Until(due)
-	if d <= 0 {
-		return nil
+	for n > 0 {
+		k := min(n, p.lim.Burst())
+		if err := p.lim.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/term"
 
 	"dolly/internal/units"
 )
@@ -115,10 +119,40 @@ type progressView struct {
 	start    time.Time
 	lines    int // lines drawn last time (live mode)
 	maxLines int
+	// screen is the terminal's size now (live mode), 0 where unknown: a
+	// line wider than the terminal wraps, and the redraw in place would
+	// climb too few lines.
+	screen func() (width, height int)
 }
 
 func newProgressView(out io.Writer, live bool, every time.Duration, size int64) *progressView {
-	return &progressView{out: out, live: live, every: every, size: size, start: time.Now(), maxLines: 30}
+	return &progressView{out: out, live: live, every: every, size: size, start: time.Now(), maxLines: 30, screen: terminalSize(out)}
+}
+
+// terminalSize returns what reads the size of the terminal out is, or a
+// function that says 0 when out is none.
+func terminalSize(out io.Writer) func() (int, int) {
+	f, ok := out.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return func() (int, int) { return 0, 0 }
+	}
+	return func() (int, int) {
+		w, h, err := term.GetSize(int(f.Fd()))
+		if err != nil {
+			return 0, 0
+		}
+		return w, h
+	}
+}
+
+// clip cuts s to width columns (counting runes), marking the cut; width
+// 0 leaves it whole.
+func clip(s string, width int) string {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max(width-1, 0)]) + "…"
 }
 
 func (v *progressView) interval() time.Duration {
@@ -168,14 +202,19 @@ func (v *progressView) draw(nodes []nodeView, sent int64) {
 		}
 		return
 	}
+	width, height := v.screen()
+	maxLines := v.maxLines
+	if height > 0 {
+		maxLines = max(min(maxLines, height-3), 1) // the head, the "… and" line, the cursor's
+	}
 	shown := nodes
 	hidden := 0
-	if len(shown) > v.maxLines {
+	if len(shown) > maxLines {
 		// Show the nodes furthest behind: they decide when the cast ends.
 		shown = append([]nodeView(nil), nodes...)
 		sort.SliceStable(shown, func(i, j int) bool { return shown[i].written < shown[j].written })
-		hidden = len(shown) - v.maxLines
-		shown = shown[:v.maxLines]
+		hidden = len(shown) - maxLines
+		shown = shown[:maxLines]
 	}
 	var b strings.Builder
 	if v.lines > 0 {
@@ -184,7 +223,7 @@ func (v *progressView) draw(nodes []nodeView, sent int64) {
 	lines := 0
 	put := func(s string) {
 		b.WriteString("\x1b[2K")
-		b.WriteString(s)
+		b.WriteString(clip(s, width))
 		b.WriteString("\n")
 		lines++
 	}

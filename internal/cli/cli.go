@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // LongDash rewrites Go-style single-dash long flags ("-image x", "-tree=2")
@@ -58,8 +58,7 @@ func isShorthands(fs *pflag.FlagSet, s string) bool {
 
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // Logger returns a text logger on w: warnings and errors, Info too when

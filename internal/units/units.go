@@ -4,6 +4,8 @@ package units
 
 import (
 	"fmt"
+
+	"github.com/dustin/go-humanize"
 	"math"
 	"strconv"
 	"strings"
@@ -121,18 +123,8 @@ func numberPrefix(s string) int {
 }
 
 // FormatBytes renders a byte count for people in decimal units (1 MB = 10^6
-// bytes), the units the rest of dolly uses for sizes and rates.
+// bytes), the units the rest of dolly uses for sizes and rates, with one
+// decimal where it says something: "512 B", "1.5 kB", "2 GB".
 func FormatBytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"kB", "MB", "GB", "TB", "PB"} {
-		f /= unit
-		if f < unit {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%.1f EB", f/unit)
+	return humanize.SIWithDigits(float64(n), 1, "B")
 }

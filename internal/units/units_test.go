@@ -75,3 +75,23 @@ func TestParseSize(t *testing.T) {
 
 // near reports whether a and b agree to a part in a billion.
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
+
+func TestFormatBytes(t *testing.T) {
+	tests := []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"},
+		{999, "999 B"},
+		{1000, "1 kB"},
+		{1500, "1.5 kB"},
+		{50_331_648, "50.3 MB"},
+		{2_147_483_648, "2.1 GB"},
+		{2e12, "2 TB"},
+	}
+	for _, tt := range tests {
+		if got := FormatBytes(tt.n); got != tt.want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
