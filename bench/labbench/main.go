@@ -44,7 +44,7 @@ type options struct {
 func run() error {
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding dolly and dolly-server")
-	flag.StringVar(&o.out, "out", "bench/out", "directory for results")
+	flag.StringVar(&o.out, "out", "out", "directory for results (make bench: bench/out)")
 	flag.StringVar(&o.work, "work", "", "directory for images, disks and logs (default: a temporary one)")
 	flag.BoolVar(&o.quick, "quick", false, "the quick subset (3-5 minutes) instead of the full matrix (30-45 minutes)")
 	only := flag.String("only", "", "run only the runs whose description matches this regular expression, e.g. \"2-tree\" or \"chain +none +(1|24) nodes +100\"")
