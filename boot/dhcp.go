@@ -32,6 +32,9 @@ type responder struct {
 	efiFile   string       // TFTP name of iPXE for x86-64 UEFI clients
 	scriptURL string       // what iPXE itself is told to load
 	leases    *leaseTable  // nil in proxyDHCP mode
+	// answer, if set, says whether to answer the machine with this MAC
+	// (lower case, colons): the others get no reply at all.
+	answer func(mac string) bool
 }
 
 // errRangeExhausted is returned when full DHCP has no address left.
@@ -50,6 +53,9 @@ func (r *responder) reply(req *Packet, pxePort bool) (*Packet, error) {
 	mt := req.MessageType()
 	if mt == 0 {
 		return nil, errors.New("no DHCP message type (BOOTP is not served)")
+	}
+	if r.answer != nil && !r.answer(req.MAC().String()) {
+		return nil, errors.New("not on the list of machines this server serves")
 	}
 	pxe := isPXEClient(req)
 	file, fileErr := "", errors.New("not a PXE client")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -262,6 +263,23 @@ func TestLeaseStaysWhileUnneeded(t *testing.T) {
 		}
 		if err != nil || got.String() != s.want {
 			t.Errorf("step %d: offer = %v, %v; want %s", i, got, err, s.want)
+		}
+	}
+}
+
+// A server told which machines it serves answers only them, in proxy and
+// full DHCP alike.
+func TestAnswersOnlyListedMachines(t *testing.T) {
+	listed := func(mac string) bool { return mac == "52:54:00:00:00:01" }
+	for _, leases := range []*leaseTable{nil, newLeaseTable(netip.MustParseAddr("198.18.0.100"), netip.MustParseAddr("198.18.0.110"), time.Hour, serverIP, netip.Addr{})} {
+		r := testResponder(leases)
+		r.answer = listed
+		if resp, err := r.reply(clientPacket(msgDiscover, 1, pxe(archBIOS)), false); err != nil || resp.MessageType() != msgOffer {
+			t.Errorf("listed machine: reply %v, %v; want an offer", resp, err)
+		}
+		resp, err := r.reply(clientPacket(msgDiscover, 2, pxe(archBIOS)), false)
+		if resp != nil || err == nil || !strings.Contains(err.Error(), "not on the list") {
+			t.Errorf("unlisted machine: reply %v, %v; want none, as not on the list", resp, err)
 		}
 	}
 }

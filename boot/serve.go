@@ -76,6 +76,10 @@ type Config struct {
 	// been sent what LocalBoot chose for it, so that the services are not
 	// stopped while it is on its way.
 	LocalSent func(mac string)
+	// Answer, if set, says whether to answer the machine with this MAC
+	// address (lower case, colons) at all: the machines the admin listed.
+	// The others get no DHCP reply, as if this server were not there.
+	Answer func(mac string) bool
 	// Other, if set, serves every HTTP path that is not a boot file:
 	// dolly-server's status page, on the port the PCs boot from.
 	Other http.Handler
@@ -157,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 		biosFile:  biosName,
 		efiFile:   efiName,
 		scriptURL: s.scriptURL,
+		answer:    c.Answer,
 	}
 	if c.RangeFrom.IsValid() || c.RangeTo.IsValid() {
 		if err := checkRange(c, iface, prefix); err != nil {

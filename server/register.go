@@ -30,6 +30,11 @@ func (s *Server) register(c *control.Conn, h *control.Hello) (n *nodeState, retu
 	if err := checkHello(h); err != nil {
 		return nil, false, err.Error()
 	}
+	if s.cfg.Admit != nil {
+		if why := s.cfg.Admit(h.Name, h.MACs); why != "" {
+			return nil, false, why
+		}
+	}
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	dhost, dport, err := net.SplitHostPort(h.DataAddr)
 	if err != nil || dport == "" {

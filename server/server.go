@@ -66,6 +66,10 @@ type Config struct {
 	// MAC is what the node says it is: an allow-list keeps out the
 	// machines that should not be reimaged, not an attacker.
 	Allow []string
+	// Admit, if set, says why a node of this name and these MACs may not
+	// join ("" admits it): the machines a cast is for (dolly-server
+	// -serve's groups). Like Allow it trusts what the node says it is.
+	Admit func(name string, macs []string) string
 	// After is what netbooted nodes do once verified: "reboot",
 	// "poweroff", "shell" or "" (the node program just exits).
 	After string
