@@ -146,9 +146,18 @@ func (b *bootFlags) check() (after string, err error) {
 // kernel command line (dolly.serverkey=), never the cast key: they enroll
 // (control.NodeEnroll), and get the cast key from the server once -allow
 // admits them.
+// bootPolicy is who the netboot service answers (answer; nil: every PC)
+// and which PCs it sends to their own disks (why says why, sent hears
+// that it did).
+type bootPolicy struct {
+	why    func(mac string) string
+	sent   func(mac string)
+	answer func(mac string) bool
+}
+
 // page, if set, serves every HTTP path that is not a boot file (the status
 // page); out is the admin's view.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, disks *diskBoots, page http.Handler, out io.Writer, logger *slog.Logger) (errc <-chan error, err error) {
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, policy bootPolicy, page http.Handler, out io.Writer, logger *slog.Logger) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}
@@ -168,8 +177,9 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 		ControlAddr: controlAddr,
 		KernelArgs:  args,
 		HTTPPort:    *b.httpPort,
-		LocalBoot:   disks.why,
-		LocalSent:   disks.sentTo,
+		LocalBoot:   policy.why,
+		LocalSent:   policy.sent,
+		Answer:      policy.answer,
 		Other:       page,
 		Logger:      logger,
 	}

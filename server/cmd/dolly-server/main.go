@@ -21,6 +21,7 @@ import (
 	"dolly/internal/cli"
 	"dolly/internal/units"
 	"dolly/server"
+	"dolly/server/service"
 	"dolly/server/status"
 )
 
@@ -123,11 +124,18 @@ func run() int {
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	noReplan := fs.Bool("no-replan", false, "keep the model's plan to the end; by default a cast that runs below 80% of its prediction for 5s is re-planned (at most twice) and rewired without a restart")
 	netProbe := fs.Duration("net-probe", 500*time.Millisecond, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
+	serve := fs.Bool("serve", false, "keep running and cast the images of -images DIR as the admin queues them (dolly-server cast, or the status page)")
+	imagesDir := fs.String("images", "", "with -serve: the image library, a directory")
+	groupsFile := fs.String("groups", "", "with -serve: the groups of machines (\"lab1: pc01 pc02 52:54:00:*\" per line); only their machines are netbooted and admitted")
+	tokenFile := fs.String("admin-token", "", "with -serve: file holding the admin token that queueing and aborting casts need (default: DIR/.dolly-admin-token, made if missing)")
 	verbose := fs.BoolP("verbose", "v", false, "log every node event")
 	bootf := addBootFlags(fs)
 	args := os.Args[1:]
 	if len(args) == 1 && args[0] == "help" {
 		args = []string{"--help"}
+	}
+	if len(args) > 0 && args[0] == "cast" {
+		return queueCast(args[1:])
 	}
 	if code := cli.Parse(fs, usage, args); code >= 0 {
 		return code
@@ -164,7 +172,14 @@ func run() int {
 		}
 		return runPreview(ctx, topo, *image, int(fsz), *output)
 	}
-	if *image == "" {
+	switch {
+	case *serve && *image != "":
+		return usageErr("-serve casts the images of -images DIR as they are queued (dolly-server cast -image NAME): leave -image out")
+	case *serve && *imagesDir == "":
+		return usageErr("-serve needs -images DIR, the image library")
+	case !*serve && (*imagesDir != "" || *groupsFile != "" || *tokenFile != ""):
+		return usageErr("-images, -groups and -admin-token are for -serve")
+	case !*serve && *image == "":
 		return usageErr("-image is required")
 	}
 	comp, err := server.ParseCompress(*compress)
@@ -217,10 +232,18 @@ func run() int {
 	case *chain:
 		cfg.Shape = capacity.KindChain
 	}
+	if *serve {
+		// Each queued cast says its plan and its nodes; nobody is at a
+		// terminal to confirm.
+		if shapes > 0 || *nodes != 0 || *report != "" {
+			return usageErr("with -serve, each queued cast names its plan and nodes (dolly-server cast -plan chain -nodes 24), and the status page keeps the reports")
+		}
+		cfg.Interactive, cfg.Yes = false, true
+	}
 	if *nodes < 0 {
 		return usageErr("-nodes must be positive")
 	}
-	if *nodes == 0 && !cfg.Interactive {
+	if *nodes == 0 && !cfg.Interactive && !*serve {
 		return usageErr("-nodes is required when not on a terminal (nobody can press Enter to start)")
 	}
 	if *maxRate != "" {
@@ -276,9 +299,21 @@ func run() int {
 		watchers = append(watchers, events.Send)
 	}
 	cfg.Events = fanOut(watchers...)
+	var svc *service.Service
+	var groups service.Groups
+	var token string
+	if *serve {
+		if svc, groups, token, err = newService(*imagesDir, *groupsFile, *tokenFile, cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+			return cli.ExitNotStarted
+		}
+	}
 	var page http.Handler
 	if *httpAddr != "off" && *httpAddr != "" {
 		page = hub.Handler()
+		if svc != nil {
+			page = withAPI(page, svc.Handler(token))
+		}
 	}
 	pageCtx, stopPage := context.WithCancel(context.Background())
 	defer stopPage()
@@ -293,12 +328,23 @@ func run() int {
 		}
 	}
 	disks := newDiskBoots()
-	if *bootf.enabled {
+	policy := bootPolicy{why: disks.why, sent: disks.sentTo}
+	if *bootf.enabled && svc == nil {
 		cfg.Verified = disks.add
 	}
-	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, disks, page, cfg.Out, cfg.Logger); err != nil {
+	if svc != nil {
+		policy = servicePolicy(svc, groups)
+	}
+	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, policy, page, cfg.Out, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return cli.ExitNotStarted
+	}
+	if svc != nil {
+		fmt.Fprintf(cfg.Out, "dolly-server: serving the images of %s; queue a cast with: dolly-server cast -image NAME%s\n",
+			*imagesDir, map[bool]string{true: " -group GROUP", false: " -nodes N"}[groups != nil])
+		svc.Run(ctx)
+		hub.Close()
+		return cli.ExitOK
 	}
 	sum, err := server.Run(ctx, cfg)
 	hub.Close() // open pages get the final state before the page server stops
