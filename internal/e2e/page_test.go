@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"dolly/internal/testimage"
 	"dolly/server"
 )
 
@@ -34,20 +35,11 @@ func chromium(t *testing.T) string {
 // and their progress moving, draws the plan, and turns a killed node
 // FAILED.
 func TestStatusPageInBrowser(t *testing.T) {
-	browser := chromium(t)
+	ctx := browserFor(t, 90*time.Second)
 	page := freePort(t)
 	c := newFailCast(t, 3, "-http", page, "-node-timeout", "2s")
 	c.startServer()
 	c.startNodes()
-
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 1000))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancelTime := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTime()
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate("http://"+page+"/"),
@@ -146,5 +138,77 @@ func TestJSONEvents(t *testing.T) {
 	term := c.server.stderr.String()
 	if !strings.Contains(term, fmt.Sprintf("%d of %d nodes verified", sum.Verified, len(sum.Nodes))) || !strings.Contains(term, sum.Digest[:12]) {
 		t.Errorf("the terminal's summary does not match the event's (%d of %d, digest %.12s):\n%s", sum.Verified, len(sum.Nodes), sum.Digest, term)
+	}
+}
+
+// browserFor opens a headless chromium for the test, with a time limit.
+func browserFor(t *testing.T, limit time.Duration) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	ctx, cancelTime := context.WithTimeout(ctx, limit)
+	t.Cleanup(cancelTime)
+	return ctx
+}
+
+// In service mode the page queues a cast: a wrong token is refused with
+// the reason, the right one queues it, and the queue shows it run and end.
+func TestServePageQueuesACast(t *testing.T) {
+	ctx := browserFor(t, 90*time.Second)
+	lib, disks := t.TempDir(), t.TempDir()
+	const size = 4 << 20
+	img := filepath.Join(lib, "nt.img")
+	if err := testimage.Write(img, size, 50, testimage.Typical); err != nil {
+		t.Fatal(err)
+	}
+	groups := filepath.Join(disks, "groups")
+	os.WriteFile(groups, []byte("lab1: pc01\n"), 0o644)
+	page, listen := freePort(t), freePort(t)
+	srv := start(t, "dolly-server", "-serve", "-images", lib, "-groups", groups, "-http", page, "-listen", listen, "-no-probe", "-net-probe", "0")
+	waitLine(t, srv, "serving the images")
+	token, err := os.ReadFile(filepath.Join(lib, ".dolly-admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := `#queue-form`
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+page+"/"),
+		chromedp.WaitReady(chromedp.CSS(form+` select[name=image] option[value="nt.img"]`)),
+		chromedp.WaitVisible(chromedp.CSS(form+` input[name=token]`)),
+		chromedp.SendKeys(chromedp.CSS(form+` input[name=token]`), "not-the-token"),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+	); err != nil {
+		t.Fatalf("the service page shows no queue form: %v\n%s", err, srv.out.String())
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("queue-result").textContent.includes("admin token")`)); err != nil {
+		t.Fatalf("a wrong token was not refused on the page: %v", err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS(form+` input[name=token]`), strings.TrimSpace(string(token))),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!document.querySelector('tr[data-cast="1"]')`)); err != nil {
+		t.Fatalf("the cast queued from the page is not in its queue: %v\n%s", err, srv.out.String())
+	}
+	node := start(t, "dolly", "-server", listen, "-target", filepath.Join(disks, "pc01"), "-name", "pc01", "-listen-data", "127.0.0.1:0", "-no-probe", "-join-timeout", "30s")
+	if code := node.wait(t, time.Minute); code != 0 {
+		t.Fatalf("pc01 exited %d:\n%s", code, node.out.String())
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('tr[data-cast="1"] .cast-state').textContent === "verified"`)); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("the queue never showed cast 1 verified: %v\n%s", err, text)
+	}
+	want, _ := testimage.SHA256(img, -1)
+	if got, _ := testimage.SHA256(filepath.Join(disks, "pc01"), size); got != want {
+		t.Errorf("pc01 holds %.12s, want %.12s", got, want)
+	}
+	if msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("error").textContent`)); msg != "" {
+		t.Errorf("the page reports an error: %q", msg)
 	}
 }

@@ -315,14 +315,15 @@ func run() int {
 			page = withAPI(page, svc.Handler(token))
 		}
 	}
-	pageCtx, stopPage := context.WithCancel(context.Background())
-	defer stopPage()
 	if page != nil && !*bootf.enabled {
-		url, err := serveStatus(pageCtx, *httpAddr, fs.Changed("http"), page, cfg.Logger)
+		url, stopPage, err := serveStatus(*httpAddr, fs.Changed("http"), page, cfg.Logger)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 			return cli.ExitNotStarted
 		}
+		// Deferred calls run last first: the hub is closed before this.
+		defer stopPage()
+		defer hub.Close()
 		if url != "" {
 			fmt.Fprintf(cfg.Out, "status page: %s\n", url)
 		}

@@ -20,27 +20,29 @@ import (
 // way.
 const defaultHTTP = ":9701"
 
-// serveStatus serves h on addr until ctx is done, and returns the page's
-// URL. A page that cannot listen on the default address is not worth
-// failing a cast for: it says so and returns "".
-func serveStatus(ctx context.Context, addr string, explicit bool, h http.Handler, log *slog.Logger) (string, error) {
+// serveStatus serves h on addr, and returns the page's URL and what stops
+// it: stop waits (a little) for the requests under way, so that the event
+// streams, which end once the hub is closed, get their last state out
+// before the program exits. A page that cannot listen on the default
+// address is not worth failing a cast for: it says so and returns "".
+func serveStatus(addr string, explicit bool, h http.Handler, log *slog.Logger) (url string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if explicit {
-			return "", fmt.Errorf("status page: %w (pass -http ADDR, or -http off)", err)
+			return "", nil, fmt.Errorf("status page: %w (pass -http ADDR, or -http off)", err)
 		}
 		fmt.Fprintf(os.Stderr, "dolly-server: warning: no status page: %v (pass -http ADDR)\n", err)
-		return "", nil
+		return "", func() {}, nil
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go srv.Serve(ln)
-	context.AfterFunc(ctx, func() {
-		shut, cancel := context.WithTimeout(context.Background(), time.Second)
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		srv.Shutdown(shut)
-		srv.Close() // the event streams do not end by themselves
-	})
-	return pageURL(ln.Addr().(*net.TCPAddr)), nil
+		srv.Shutdown(ctx)
+		srv.Close()
+	}
+	return pageURL(ln.Addr().(*net.TCPAddr)), stop, nil
 }
 
 // pageURL is how a browser elsewhere reaches a listener on a: by the

@@ -209,4 +209,109 @@ function connect() {
   };
 }
 
+// The service (dolly-server -serve): its queue and library, polled; the
+// form queues a cast with the admin token, which stays in this tab.
+async function api(path, options) {
+  const resp = await fetch(path, options);
+  const body = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new Error(body.error || resp.statusText);
+  return body;
+}
+
+function token() {
+  return document.querySelector('#queue-form [name=token]').value;
+}
+
+function drawQueue(casts) {
+  const body = document.querySelector("#queue tbody");
+  body.replaceChildren(...casts.map(c => {
+    const r = c.request;
+    let result = c.error || "";
+    if (c.summary && c.summary.started) result = `${c.summary.verified} of ${(c.summary.nodes || []).length} verified in ${duration(c.summary.elapsed_seconds)}`;
+    const cell = el("td", {});
+    if (c.state === "queued" || c.state === "running") {
+      const b = el("button", { type: "button" }, c.state === "running" ? "Stop" : "Remove");
+      b.addEventListener("click", () => abortCast(c.id));
+      cell.append(b);
+    }
+    return el("tr", { class: "cast-" + c.state, "data-cast": String(c.id) },
+      el("td", {}, c.id),
+      el("td", {}, r.image),
+      el("td", {}, (r.group ? r.group + ", " : "") + r.nodes + " nodes" + (r.plan && r.plan !== "auto" ? ", " + r.plan : "")),
+      el("td", { class: "cast-state" }, c.state),
+      el("td", {}, new Date(c.queued).toLocaleTimeString()),
+      el("td", {}, result),
+      cell);
+  }));
+}
+
+function drawLibrary(images) {
+  const body = document.querySelector("#library tbody");
+  body.replaceChildren(...images.map(i => el("tr", {},
+    el("td", {}, i.name), el("td", {}, i.format), el("td", { class: "num" }, bytes(i.bytes)),
+    el("td", {}, new Date(i.captured).toLocaleString()), el("td", {}, i.digest ? i.digest.slice(0, 12) : "after its first cast"))));
+}
+
+// fill puts options in a select, keeping the one chosen.
+function fill(select, values) {
+  const chosen = select.value;
+  if (select.options.length === values.length && [...select.options].every((o, i) => o.value === values[i])) return;
+  select.replaceChildren(...values.map(v => el("option", { value: v }, v)));
+  if (values.includes(chosen)) select.value = chosen;
+}
+
+async function pollService() {
+  let casts;
+  try {
+    casts = await api("/api/casts");
+  } catch (err) {
+    return; // not a service: a one-shot dolly-server has no queue
+  }
+  document.getElementById("service").hidden = false;
+  drawQueue(casts);
+  try {
+    const [images, groups] = await Promise.all([api("/api/images"), api("/api/groups")]);
+    drawLibrary(images);
+    const form = document.getElementById("queue-form");
+    fill(form.image, images.map(i => i.name));
+    const names = Object.keys(groups || {}).sort();
+    document.getElementById("group-label").hidden = names.length === 0;
+    fill(form.group, names);
+  } catch (err) {
+    document.getElementById("error").textContent = "the library cannot be read: " + err.message;
+  }
+  setTimeout(pollService, 2000);
+}
+
+async function queueCast(e) {
+  e.preventDefault();
+  const form = e.target;
+  const out = document.getElementById("queue-result");
+  const req = { image: form.image.value, plan: form.plan.value, target: form.target.value };
+  if (!document.getElementById("group-label").hidden) req.group = form.group.value;
+  if (form.nodes.value) req.nodes = Number(form.nodes.value);
+  try {
+    const c = await api("/api/casts", { method: "POST", headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" }, body: JSON.stringify(req) });
+    out.className = "";
+    out.textContent = `queued cast ${c.id}`;
+    drawQueue(await api("/api/casts"));
+  } catch (err) {
+    out.className = "error";
+    out.textContent = err.message;
+  }
+}
+
+async function abortCast(id) {
+  const out = document.getElementById("queue-result");
+  try {
+    await api(`/api/casts/${id}/abort`, { method: "POST", headers: { "Authorization": "Bearer " + token() } });
+    drawQueue(await api("/api/casts"));
+  } catch (err) {
+    out.className = "error";
+    out.textContent = err.message;
+  }
+}
+
+document.getElementById("queue-form").addEventListener("submit", queueCast);
 connect();
+pollService();
