@@ -211,7 +211,10 @@ func (s *Service) run(ctx context.Context, c *Cast) {
 	cfg := s.cfg.Base
 	r := c.Request
 	cfg.Image, _ = s.cfg.Library.Path(r.Image)
-	cfg.Nodes, cfg.Target, cfg.Yes = r.Nodes, r.Target, true
+	cfg.Nodes, cfg.Yes = r.Nodes, true
+	if r.Target != "" {
+		cfg.Target = r.Target // else the service's -target
+	}
 	cfg.Shape, cfg.Fanout, _ = parsePlan(r.Plan)
 	if r.Group != "" {
 		group := r.Group
