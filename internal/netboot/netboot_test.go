@@ -172,7 +172,7 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 		t.Fatal(err)
 	}
 	logs = append(logs, srvLog)
-	srvDone := startServer(ctx, t, n, server, srvLog, append([]string{
+	srvDone := startServer(ctx, t, n, server, srvLog, "waiting for", append([]string{
 		"-boot", "-interface", Bridge,
 		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
 		"-listen", n.Server.String() + ":9700",
@@ -363,7 +363,9 @@ func runNetboot(t *testing.T, kinds []firmware, serverArgs ...string) {
 // startServer starts dolly-server in n with args, its output in log, and
 // returns once it serves: iPXE gives up after a few DHCP tries, so the
 // machines start only then. The channel gets the server's exit.
-func startServer(ctx context.Context, t *testing.T, n *Net, server string, log *Log, args ...string) <-chan error {
+// startServer starts dolly-server in the lab's namespace and waits until
+// its log says ready (which log must watch for).
+func startServer(ctx context.Context, t *testing.T, n *Net, server string, log *Log, ready string, args ...string) <-chan error {
 	t.Helper()
 	srv := n.Command(ctx, server, args...)
 	srv.Stdout, srv.Stderr = log, log
@@ -377,7 +379,7 @@ func startServer(ctx context.Context, t *testing.T, n *Net, server string, log *
 		done <- err
 	}()
 	select {
-	case <-log.Seen("waiting for"):
+	case <-log.Seen(ready):
 	case err := <-done:
 		t.Fatalf("dolly-server exited before serving: %v", err)
 	case <-ctx.Done():

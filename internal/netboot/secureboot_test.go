@@ -61,7 +61,7 @@ func TestNetbootSecureBootRefusesTamperedKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvDone := startServer(ctx, t, n, server, srvLog,
+	srvDone := startServer(ctx, t, n, server, srvLog, "waiting for",
 		"-boot", "-secure-boot", "-interface", Bridge,
 		"-dhcp-range", fmt.Sprintf("%s-%s", addr(100), addr(150)),
 		"-listen", n.Server.String()+":9700",
