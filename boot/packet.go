@@ -4,9 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
 )
 
 // DHCP option codes used here (RFC 2132, RFC 4578, iPXE).
@@ -75,122 +79,87 @@ type Packet struct {
 	Options map[byte][]byte
 }
 
-// ParsePacket decodes a DHCP message. It reads nothing outside b and
-// rejects truncated or malformed packets with an error. The sname and
-// file fields are not searched for options (option 52), which PXE clients
-// do not use in requests.
+// ParsePacket decodes a DHCP message with dhcpv4's decoder. It reads
+// nothing outside b and rejects truncated or malformed packets with an
+// error. Options that appear several times are joined (RFC 3396).
 func ParsePacket(b []byte) (*Packet, error) {
 	if len(b) < headerLen+len(magicCookie) {
 		return nil, fmt.Errorf("dhcp: packet of %d bytes is shorter than the %d-byte header", len(b), headerLen+len(magicCookie))
 	}
-	if [4]byte(b[headerLen:headerLen+4]) != magicCookie {
-		return nil, errors.New("dhcp: missing magic cookie (BOOTP, not DHCP)")
+	if hlen := b[2]; hlen > 16 {
+		// dhcpv4 would cut it to 16; such a packet is no client's.
+		return nil, fmt.Errorf("dhcp: hardware address length %d exceeds 16", hlen)
+	}
+	d, err := dhcpv4.FromBytes(b)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, errors.New("dhcp: truncated: the options end before the end option")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: %w", err)
 	}
 	p := &Packet{
-		Op:     b[0],
-		HType:  b[1],
-		HLen:   b[2],
-		Hops:   b[3],
-		XID:    binary.BigEndian.Uint32(b[4:8]),
-		Secs:   binary.BigEndian.Uint16(b[8:10]),
-		Flags:  binary.BigEndian.Uint16(b[10:12]),
-		CIAddr: addrAt(b[12:16]),
-		YIAddr: addrAt(b[16:20]),
-		SIAddr: addrAt(b[20:24]),
-		GIAddr: addrAt(b[24:28]),
-		SName:  cString(b[44:108]),
-		File:   cString(b[108:236]),
+		Op:     byte(d.OpCode),
+		HType:  byte(d.HWType),
+		HLen:   byte(len(d.ClientHWAddr)),
+		Hops:   d.HopCount,
+		XID:    binary.BigEndian.Uint32(d.TransactionID[:]),
+		Secs:   d.NumSeconds,
+		Flags:  d.Flags,
+		CIAddr: fromIP(d.ClientIPAddr),
+		YIAddr: fromIP(d.YourIPAddr),
+		SIAddr: fromIP(d.ServerIPAddr),
+		GIAddr: fromIP(d.GatewayIPAddr),
+		SName:  d.ServerHostName,
+		File:   d.BootFileName,
+		// dhcpv4.Options is a map of option code to value, ours too.
+		Options: map[byte][]byte(d.Options),
 	}
-	if p.HLen > 16 {
-		return nil, fmt.Errorf("dhcp: hardware address length %d exceeds 16", p.HLen)
-	}
-	copy(p.CHAddr[:], b[28:44])
-	opts, err := parseOptions(b[headerLen+4:])
-	if err != nil {
-		return nil, err
-	}
-	p.Options = opts
+	copy(p.CHAddr[:], d.ClientHWAddr)
 	return p, nil
 }
 
-// parseOptions decodes the options area up to the end option.
-func parseOptions(b []byte) (map[byte][]byte, error) {
-	opts := make(map[byte][]byte)
-	for i := 0; i < len(b); {
-		code := b[i]
-		switch code {
-		case optPad:
-			i++
-			continue
-		case optEnd:
-			return opts, nil
-		}
-		if i+1 >= len(b) {
-			return nil, fmt.Errorf("dhcp: option %d truncated before its length", code)
-		}
-		n := int(b[i+1])
-		start, end := i+2, i+2+n
-		if end > len(b) {
-			return nil, fmt.Errorf("dhcp: option %d claims %d bytes, %d left", code, n, len(b)-start)
-		}
-		opts[code] = append(opts[code], b[start:end]...)
-		i = end
+// Marshal encodes p with dhcpv4's encoder: options in ascending order,
+// long values split into several instances (RFC 3396), padded to BOOTP's
+// 300 bytes, which some PXE ROMs need.
+func (p *Packet) Marshal() []byte {
+	d := &dhcpv4.DHCPv4{
+		OpCode:         dhcpv4.OpcodeType(p.Op),
+		HWType:         iana.HWType(p.HType),
+		HopCount:       p.Hops,
+		NumSeconds:     p.Secs,
+		Flags:          p.Flags,
+		ClientIPAddr:   toIP(p.CIAddr),
+		YourIPAddr:     toIP(p.YIAddr),
+		ServerIPAddr:   toIP(p.SIAddr),
+		GatewayIPAddr:  toIP(p.GIAddr),
+		ClientHWAddr:   net.HardwareAddr(p.CHAddr[:min(int(p.HLen), len(p.CHAddr))]),
+		ServerHostName: p.SName,
+		BootFileName:   p.File,
+		Options:        dhcpv4.Options{},
 	}
-	return nil, errors.New("dhcp: options not terminated by the end option")
+	binary.BigEndian.PutUint32(d.TransactionID[:], p.XID)
+	for c, v := range p.Options {
+		d.Options[c] = v
+	}
+	return d.ToBytes()
 }
 
-// Marshal encodes p. The message type goes first and the other options
-// follow in ascending order, so the encoding is deterministic.
-func (p *Packet) Marshal() []byte {
-	b := make([]byte, headerLen, minLen)
-	b[0], b[1], b[2], b[3] = p.Op, p.HType, p.HLen, p.Hops
-	binary.BigEndian.PutUint32(b[4:8], p.XID)
-	binary.BigEndian.PutUint16(b[8:10], p.Secs)
-	binary.BigEndian.PutUint16(b[10:12], p.Flags)
-	putAddr(b[12:16], p.CIAddr)
-	putAddr(b[16:20], p.YIAddr)
-	putAddr(b[20:24], p.SIAddr)
-	putAddr(b[24:28], p.GIAddr)
-	copy(b[28:44], p.CHAddr[:])
-	copy(b[44:107], p.SName) // leave room for the terminating NUL
-	copy(b[108:235], p.File)
-	b = append(b, magicCookie[:]...)
+// fromIP is the netip form of an IPv4 header field; 0.0.0.0 is the zero
+// Addr.
+func fromIP(ip net.IP) netip.Addr {
+	a, ok := netip.AddrFromSlice(ip.To4())
+	if !ok || a.IsUnspecified() {
+		return netip.Addr{}
+	}
+	return a
+}
 
-	codes := make([]byte, 0, len(p.Options))
-	for c := range p.Options {
-		if c != optPad && c != optEnd {
-			codes = append(codes, c)
-		}
+// toIP is the header field of a; the zero Addr is 0.0.0.0.
+func toIP(a netip.Addr) net.IP {
+	if !a.Is4() {
+		return net.IPv4zero.To4()
 	}
-	slices.SortFunc(codes, func(x, y byte) int {
-		switch {
-		case x == y:
-			return 0
-		case x == optMessageType:
-			return -1
-		case y == optMessageType:
-			return 1
-		}
-		return int(x) - int(y)
-	})
-	for _, c := range codes {
-		v := p.Options[c]
-		// Long values are split into several instances (RFC 3396).
-		for {
-			n := min(len(v), 255)
-			b = append(b, c, byte(n))
-			b = append(b, v[:n]...)
-			v = v[n:]
-			if len(v) == 0 {
-				break
-			}
-		}
-	}
-	b = append(b, optEnd)
-	for len(b) < minLen {
-		b = append(b, optPad)
-	}
-	return b
+	return net.IP(a.AsSlice())
 }
 
 // MAC returns the client's hardware address.
@@ -213,28 +182,4 @@ func (p *Packet) optAddr(code byte) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return netip.AddrFrom4([4]byte(v)), true
-}
-
-func addrAt(b []byte) netip.Addr {
-	a := netip.AddrFrom4([4]byte(b))
-	if a.IsUnspecified() {
-		return netip.Addr{}
-	}
-	return a
-}
-
-func putAddr(b []byte, a netip.Addr) {
-	if a.Is4() {
-		copy(b, a.AsSlice())
-	}
-}
-
-// cString returns b up to its first NUL.
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }

@@ -261,6 +261,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.keepAlive(ctx) }()
 	go func() {
 		s.scan(ctx)
 		// After the scan, so the probe times codecs on the image itself
@@ -451,3 +453,39 @@ func (s *Server) closeAll() {
 // asked. Only then may nodes write to a target before the cast (their
 // probe of its write rate writes back what it read).
 func (s *Server) confirmed() bool { return s.cfg.Yes || !s.cfg.Interactive }
+
+// pingEvery is how often keepAlive tells the waiting nodes the server is
+// there: well inside a node's -server-timeout (15 s by default), and as
+// often as the server itself wants to hear from nodes (half its
+// NodeTimeout).
+func (s *Server) pingEvery() time.Duration {
+	return min(5*time.Second, s.cfg.NodeTimeout/2)
+}
+
+// keepAlive pings every node that is ready and waits for the cast (for
+// the others to join, the network to be measured, the admin to confirm)
+// until ctx ends: a node takes a server it has not heard from for its
+// -server-timeout for lost, and PCs that boot over minutes wait that long.
+// Once the cast runs, checkNodes pings the nodes of the cast.
+func (s *Server) keepAlive(ctx context.Context) {
+	t := time.NewTicker(s.pingEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var conns []*control.Conn
+		for _, n := range s.nodes {
+			if n.status == stReady && n.conn != nil {
+				conns = append(conns, n.conn)
+			}
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.Send(control.Message{Type: control.MsgPing})
+		}
+	}
+}

@@ -61,6 +61,9 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		switch {
 		case err != nil:
 			return nil, err
+		case m.Type == control.MsgPing:
+			// The server is there, while the others join or the admin
+			// confirms.
 		case m.Type == control.MsgNetProbe:
 			go n.sendProbe(ctx, *m.NetProbe)
 		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
