@@ -164,7 +164,7 @@ func TestCheckTargetRefusesSmallTargetAndLeavesItAlone(t *testing.T) {
 	if err == nil {
 		t.Fatal("a 1 kB target was accepted for a 2.1 GB image")
 	}
-	for _, want := range []string{path, "1 kB", "2.1 GB"} {
+	for _, want := range []string{path, "1.0 kB", "2.1 GB"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

@@ -236,7 +236,7 @@ func TestTooSmallTargetIsRefusedAndUnchanged(t *testing.T) {
 		t.Fatalf("exit codes: node %d, server %d; want both non-zero", r.codes[0], r.code)
 	}
 	msg := r.nodes[0].out.String()
-	if !strings.Contains(msg, "target "+small+" is 1 MB, image needs 8.4 MB") {
+	if !strings.Contains(msg, "target "+small+" is 1.0 MB, image needs 8.4 MB") {
 		t.Fatalf("node output does not name both sizes:\n%s", msg)
 	}
 	if after, _ := testimage.SHA256(small, -1); after != before {

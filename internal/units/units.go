@@ -123,8 +123,14 @@ func numberPrefix(s string) int {
 }
 
 // FormatBytes renders a byte count for people in decimal units (1 MB = 10^6
-// bytes), the units the rest of dolly uses for sizes and rates, with one
-// decimal where it says something: "512 B", "1.5 kB", "2 GB".
+// bytes), the units the rest of dolly uses for sizes and rates, rounded to
+// one decimal: "512 B", "1.5 kB", "536.9 GB". go-humanize picks the unit;
+// its own formatting cuts digits off rather than rounding them (536.87 GB
+// would read 536.8), so the number is formatted here.
 func FormatBytes(n int64) string {
-	return humanize.SIWithDigits(float64(n), 1, "B")
+	v, prefix := humanize.ComputeSI(float64(n))
+	if prefix == "" {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %sB", v, prefix)
 }

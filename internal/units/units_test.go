@@ -83,11 +83,12 @@ func TestFormatBytes(t *testing.T) {
 	}{
 		{0, "0 B"},
 		{999, "999 B"},
-		{1000, "1 kB"},
+		{1000, "1.0 kB"},
 		{1500, "1.5 kB"},
 		{50_331_648, "50.3 MB"},
+		{536_870_912_000, "536.9 GB"}, // rounded, not cut
 		{2_147_483_648, "2.1 GB"},
-		{2e12, "2 TB"},
+		{2e12, "2.0 TB"},
 	}
 	for _, tt := range tests {
 		if got := FormatBytes(tt.n); got != tt.want {
