@@ -49,7 +49,7 @@ type groupKey struct {
 
 func keyOf(c Constraint) groupKey {
 	switch c.Kind {
-	case LinkLimit, BackplaneLimit, MachineCPULimit, MachineMemoryLimit, MachineDiskLimit:
+	case LinkLimit, BackplaneLimit, MachineCPULimit, MachineMemoryLimit, MachineDiskLimit, SourceRateLimit:
 		return groupKey{kind: c.Kind, streams: c.Streams}
 	case DiskLimit, DecompressLimit:
 		// These limit the same way whatever else the host does.
@@ -93,6 +93,8 @@ func describeGroup(c Constraint, subjects []string) string {
 		return fmt.Sprintf("memory system of machine %s, shared by %d hosts", names, c.Streams)
 	case MachineDiskLimit:
 		return fmt.Sprintf("disk of machine %s, shared by %d hosts", names, c.Streams)
+	case SourceRateLimit:
+		return fmt.Sprintf("the rate limit of %s (-max-rate %.1f MB/s)", names, c.Cap/MB)
 	}
 	return fmt.Sprintf("%s of %s (%s)", resourceWords(c.Kind), names, c.Flow)
 }

@@ -25,6 +25,8 @@ const (
 	MachineMemoryLimit ConstraintKind = "machine-memory"
 	// The one disk the hosts of a machine write to (Machine.SharedDisk).
 	MachineDiskLimit ConstraintKind = "machine-disk"
+	// The rate the source is told to keep to (Options.MaxStreamRate).
+	SourceRateLimit ConstraintKind = "source-rate"
 )
 
 // Flow is what a vertex of the logical tree does, as its node model counts

@@ -244,7 +244,11 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	}
 
 	limits := func(st stream) ([]Constraint, error) {
-		return f.limits(plan, st, host, out, channels{up: up, down: down, trunks: trunkUse, switches: switchUse})
+		cs, err := f.limits(plan, st, host, out, channels{up: up, down: down, trunks: trunkUse, switches: switchUse})
+		if err == nil && opt.MaxStreamRate > 0 {
+			cs = append(cs, Constraint{Kind: SourceRateLimit, Subject: plan.Hosts[0], Streams: 1, Coef: st.wire(), Cap: opt.MaxStreamRate})
+		}
+		return cs, err
 	}
 	constraints, err := limits(st)
 	if err != nil {

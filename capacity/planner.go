@@ -51,6 +51,9 @@ type Options struct {
 	// Explicit plans are evaluated as given next to the generated ones,
 	// e.g. a tree written in a topology file.
 	Explicit []Plan
+	// MaxStreamRate caps the stream the source sends, in bytes per second
+	// as sent (dolly-server -max-rate); 0: no cap.
+	MaxStreamRate float64
 }
 
 func (o Options) withDefaults() Options {

@@ -67,6 +67,7 @@ func (s *Server) logTightest(ctx context.Context, r capacity.Result) {
 func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, capacity.Options, []string) {
 	net, notes := s.network(ready, figs)
 	opt := Options(s.profile, s.cfg.FrameSize)
+	opt.MaxStreamRate = s.cfg.MaxRate
 	if f := DecodeFactor(s.profile); f != 1 {
 		ScaleDecode(&net, opt.Compression.Codec, f)
 		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))

@@ -76,7 +76,18 @@ func (st *State) apply(e server.Event) {
 	case server.EvStarted:
 		st.Phase, st.Started = Casting, e.Time
 	case server.EvProgress:
-		st.Nodes, st.Sent = e.Nodes, e.SentBytes
+		// Progress says where each node stands; the plan said what the
+		// model predicted of it.
+		predicted := map[string]float64{}
+		for _, n := range st.Nodes {
+			predicted[n.Name] = n.Predicted
+		}
+		st.Nodes, st.Sent = slices.Clone(e.Nodes), e.SentBytes
+		for i := range st.Nodes {
+			if st.Nodes[i].Predicted == 0 {
+				st.Nodes[i].Predicted = predicted[st.Nodes[i].Name]
+			}
+		}
 	case server.EvFailed, server.EvRejected:
 		st.Counts[countFailures]++
 		st.setNode(e.Node, func(n *server.NodeInfo) { n.Status, n.Reason = "failed", e.Text })

@@ -11,7 +11,7 @@ import (
 func TestStateFoldsEvents(t *testing.T) {
 	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	plan := &server.PlanInfo{Plan: "chain, raw", Nodes: []server.NodeInfo{
-		{Name: "pc01", Upstream: "dolly-server", Status: "ready"},
+		{Name: "pc01", Upstream: "dolly-server", Status: "ready", Predicted: 12e6},
 		{Name: "pc02", Upstream: "pc01", Status: "ready"},
 	}}
 	progress := []server.NodeInfo{
@@ -51,6 +51,9 @@ func TestStateFoldsEvents(t *testing.T) {
 		if got := fmt.Sprintf("%s verified=%v", n.Status, n.Verified); got != want[n.Name] {
 			t.Errorf("%s: %s, want %s", n.Name, got, want[n.Name])
 		}
+	}
+	if st.Nodes[0].Predicted != 12e6 {
+		t.Errorf("pc01's prediction %v after progress, want the plan's 12e6", st.Nodes[0].Predicted)
 	}
 	if st.Nodes[1].Reason != "pc02 is out of the cast: no word from it" {
 		t.Errorf("pc02's reason %q", st.Nodes[1].Reason)
