@@ -209,8 +209,25 @@ type Server struct {
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The
 // error is nil only if every node verified its target.
-func Run(ctx context.Context, cfg Config) (Summary, error) {
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	cfg.defaults()
+	// The summary event comes last, whatever ended the cast (an image
+	// that cannot be read too), once Run's goroutines are done.
+	defer func() {
+		if cfg.Events == nil {
+			return
+		}
+		over := sum
+		if over.Image == "" {
+			over.Image = cfg.Image
+		}
+		r := NewReport(over)
+		e := Event{Type: EvSummary, Time: time.Now(), Summary: &r}
+		if err != nil {
+			e.Text = err.Error()
+		}
+		cfg.Events(e)
+	}()
 	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*nodeState{}, changed: make(chan struct{}, 1),
 		scanned: make(chan struct{}), probed: make(chan struct{}), events: make(chan castEvent, 1024), tree: newCastTree()}
 	if _, err := rand.Read(s.cast[:]); err != nil {
@@ -269,14 +286,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		// and does not compete with the scan for the CPU.
 		s.probeSelf(ctx)
 	}()
-	sum, err := s.run(ctx)
-	r := NewReport(sum)
-	e := Event{Type: EvSummary, Summary: &r}
-	if err != nil {
-		e.Text = err.Error()
-	}
-	s.emit(e)
-	return sum, err
+	return s.run(ctx)
 }
 
 func (s *Server) run(ctx context.Context) (Summary, error) {
@@ -459,7 +469,7 @@ func (s *Server) confirmed() bool { return s.cfg.Yes || !s.cfg.Interactive }
 // often as the server itself wants to hear from nodes (half its
 // NodeTimeout).
 func (s *Server) pingEvery() time.Duration {
-	return min(5*time.Second, s.cfg.NodeTimeout/2)
+	return max(min(5*time.Second, s.cfg.NodeTimeout/2), 100*time.Millisecond)
 }
 
 // keepAlive pings every node that is ready and waits for the cast (for

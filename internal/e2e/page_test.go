@@ -212,3 +212,18 @@ func TestServePageQueuesACast(t *testing.T) {
 		t.Errorf("the page reports an error: %q", msg)
 	}
 }
+
+// A cast that cannot start still ends its events with a summary.
+func TestJSONEventsOfACastThatCannotStart(t *testing.T) {
+	p := start(t, "dolly-server", "-image", "/nonexistent/nt.img", "-nodes", "1", "-listen", freePort(t), "-o", "json", "-http", "off")
+	if code := p.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit %d, want 3:\n%s", code, p.out.String())
+	}
+	var e server.Event
+	if err := json.Unmarshal([]byte(strings.TrimSpace(p.stdout.String())), &e); err != nil {
+		t.Fatalf("stdout %q is not one event: %v", p.stdout.String(), err)
+	}
+	if e.Type != server.EvSummary || e.Summary == nil || e.Summary.Started || !strings.Contains(e.Text, "does not exist") {
+		t.Errorf("event %+v, want a summary of a cast that did not start, saying why", e)
+	}
+}

@@ -87,6 +87,19 @@ func (g Groups) Size(group string) int {
 	return len(g[group])
 }
 
+// WithoutMACs lists the groups none of whose patterns can match a MAC
+// address (they name nodes): netboot, which knows only MACs, reaches none
+// of their machines.
+func (g Groups) WithoutMACs() []string {
+	var out []string
+	for _, name := range g.names() {
+		if !slices.ContainsFunc(g[name], func(p string) bool { return strings.Contains(p, ":") || p == "*" }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func (g Groups) names() []string {
 	var names []string
 	for n := range g {

@@ -48,10 +48,10 @@ func (l *Library) Images() ([]Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image library: %w", err)
 	}
-	var out []Image
+	out := []Image{}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
-			continue
+		if strings.HasPrefix(e.Name(), ".") || e.IsDir() {
+			continue // stat takes files and links to files
 		}
 		img, err := l.stat(e.Name())
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,12 +65,16 @@ const maxHistory = 50
 
 // Service runs the queued casts one at a time.
 type Service struct {
-	cfg    Config
-	mu     sync.Mutex
-	casts  []*Cast // queued and running first, in order, then the history, newest first
-	nextID int
-	abort  context.CancelFunc // the running cast's
-	wake   chan struct{}
+	cfg     Config
+	mu      sync.Mutex
+	casts   []*Cast // queued and running first, in order, then the history, newest first
+	nextID  int
+	abort   context.CancelFunc // the running cast's
+	stopped bool               // the admin stopped the running cast
+	// verified are the MACs of the PCs the running cast has verified:
+	// netbooting again (-after reboot), they go to their own disks.
+	verified map[string]bool
+	wake     chan struct{}
 }
 
 // New returns a service with an empty queue.
@@ -138,6 +143,7 @@ func (s *Service) Abort(id int) error {
 			s.sortLocked()
 			return nil
 		case Running:
+			s.stopped = true
 			s.abort()
 			return nil
 		}
@@ -173,7 +179,7 @@ func (s *Service) Group() (string, bool) {
 // Run runs the queued casts one after the other until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	for {
-		c := s.next()
+		c, castCtx, cancel := s.next(ctx)
 		if c == nil {
 			select {
 			case <-s.wake:
@@ -182,33 +188,47 @@ func (s *Service) Run(ctx context.Context) error {
 				return nil
 			}
 		}
-		s.run(ctx, c)
+		s.run(castCtx, c)
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
 }
 
-// next marks the first queued cast running and returns it; nil if none.
-func (s *Service) next() *Cast {
+// next marks the first queued cast running and returns it with the
+// context it runs under, which Abort cancels; nil if none is queued.
+func (s *Service) next(ctx context.Context) (*Cast, context.Context, context.CancelFunc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.casts {
 		if c.State == Queued {
 			c.State, c.Started = Running, time.Now()
-			return c
+			castCtx, cancel := context.WithCancel(ctx)
+			s.abort, s.stopped, s.verified = cancel, false, map[string]bool{}
+			return c, castCtx, cancel
 		}
 	}
-	return nil
+	return nil, nil, nil
+}
+
+// Verified says whether the PC with this MAC was verified by the cast that
+// runs now.
+func (s *Service) Verified(mac string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.verified[strings.ToLower(mac)]
 }
 
 func (s *Service) run(ctx context.Context, c *Cast) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.mu.Lock()
-	s.abort = cancel
-	s.mu.Unlock()
 	cfg := s.cfg.Base
+	cfg.Verified = func(node string, macs []string) {
+		s.mu.Lock()
+		for _, m := range macs {
+			s.verified[strings.ToLower(m)] = true
+		}
+		s.mu.Unlock()
+	}
 	r := c.Request
 	cfg.Image, _ = s.cfg.Library.Path(r.Image)
 	cfg.Nodes, cfg.Yes = r.Nodes, true
@@ -228,12 +248,20 @@ func (s *Service) run(ctx context.Context, c *Cast) {
 	sum, err := server.Run(ctx, cfg)
 	report := server.NewReport(sum)
 	s.mu.Lock()
-	c.Ended, c.Summary, s.abort = time.Now(), &report, nil
+	c.Ended, c.Summary, s.abort, s.verified = time.Now(), &report, nil, nil
 	switch {
-	case ctx.Err() != nil:
-		c.State, c.Error = Aborted, "aborted by the admin"
 	case err == nil:
 		c.State = Verified
+	case s.stopped:
+		c.State, c.Error = Aborted, "stopped by the admin"
+		if sum.Started {
+			c.Error += " during the cast: the targets may be part written"
+		}
+	case ctx.Err() != nil:
+		c.State, c.Error = Failed, "dolly-server was stopped"
+		if !sum.Started {
+			c.State = NotStarted
+		}
 	case !sum.Started:
 		c.State, c.Error = NotStarted, err.Error()
 	default:

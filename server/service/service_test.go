@@ -209,3 +209,33 @@ func TestServiceRunsQueuedCasts(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Stopping a cast the moment it is taken from the queue, before it has
+// begun, neither panics nor leaves it running.
+func TestAbortAsACastStarts(t *testing.T) {
+	dir := t.TempDir()
+	if err := testimage.Write(filepath.Join(dir, "nt.img"), 1<<20, 1, testimage.Typical); err != nil {
+		t.Fatal(err)
+	}
+	lib, _ := NewLibrary(dir)
+	svc, _ := New(Config{Library: lib, Base: server.Config{Listen: "127.0.0.1:0", Out: io.Discard}})
+	c, err := svc.Submit(Request{Image: "nt.img", Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ctx, cancel := svc.next(t.Context())
+	defer cancel()
+	if got == nil || got.ID != c.ID {
+		t.Fatalf("next = %v, want cast %d", got, c.ID)
+	}
+	if err := svc.Abort(c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the cast's context is not cancelled")
+	}
+	svc.run(ctx, got)
+	if casts := svc.Casts(); casts[0].State != Aborted || casts[0].Summary.Started {
+		t.Errorf("cast stopped before it began: %+v", casts[0])
+	}
+}

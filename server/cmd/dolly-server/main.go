@@ -294,6 +294,9 @@ func run() int {
 	hub := status.NewHub()
 	watchers := []func(server.Event){hub.Publish}
 	if *output == "json" {
+		// A reader that goes away (| head) ends the events, not the cast:
+		// with SIGPIPE handled, a write to it only fails.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		events := newJSONEvents(os.Stdout)
 		defer events.Close()
 		watchers = append(watchers, events.Send)
@@ -335,10 +338,22 @@ func run() int {
 	}
 	if svc != nil {
 		policy = servicePolicy(svc, groups)
+		if *bootf.enabled {
+			warnUnbootable(groups, cfg.Out)
+		}
 	}
 	if _, err := bootf.start(ctx, cfg.Listen, cfg.Key, policy, page, cfg.Out, cfg.Logger); err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return cli.ExitNotStarted
+	}
+	if svc != nil && *bootf.enabled && page != nil {
+		// Netboot serves the page on the lab's interface; dolly-server
+		// cast on this machine finds it on loopback too.
+		local := fmt.Sprintf("127.0.0.1:%d", *bootf.httpPort)
+		if url, stopLocal, err := serveStatus(local, false, page, cfg.Logger); err == nil && url != "" {
+			defer stopLocal()
+			fmt.Fprintf(cfg.Out, "status page on this machine: %s\n", url)
+		}
 	}
 	if svc != nil {
 		fmt.Fprintf(cfg.Out, "dolly-server: serving the images of %s; queue a cast with: dolly-server cast -image NAME%s\n",

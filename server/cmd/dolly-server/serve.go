@@ -84,6 +84,15 @@ func adminToken(path string) (token string, made bool, err error) {
 	return token, true, f.Close()
 }
 
+// warnUnbootable says which groups netboot cannot answer: DHCP knows a PC
+// only by its MAC, so a group that names its machines by node name only
+// reaches none of them under -boot.
+func warnUnbootable(groups service.Groups, out io.Writer) {
+	for _, g := range groups.WithoutMACs() {
+		fmt.Fprintf(out, "dolly-server: warning: group %s names no MAC address: under -boot its PCs get no DHCP answer (list their MACs; names still admit PCs that boot otherwise)\n", g)
+	}
+}
+
 // withAPI serves /api/ with the service's handler and the rest with page.
 func withAPI(page, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
@@ -99,6 +108,8 @@ func servicePolicy(svc *service.Service, groups service.Groups) bootPolicy {
 	p := bootPolicy{why: func(mac string) string {
 		group, ok := svc.Group()
 		switch {
+		case svc.Verified(mac):
+			return "verified in the cast that runs"
 		case !ok:
 			return "no cast is queued"
 		case group != "" && !groups.Admits(group, "", []string{mac}):
@@ -226,6 +237,9 @@ func follow(client *http.Client, base string, id int) int {
 				return cli.ExitFailed
 			case service.NotStarted, service.Aborted:
 				fmt.Printf("cast %d: %s\n", id, c.Error)
+				if c.Summary != nil && c.Summary.Started {
+					return cli.ExitFailed // stopped once targets were written to
+				}
 				return cli.ExitNotStarted
 			}
 		}

@@ -263,17 +263,21 @@ function fill(select, values) {
 async function pollService() {
   let casts;
   try {
-    casts = await api("/api/casts");
+    const resp = await fetch("/api/casts");
+    if (resp.status === 404) return; // not a service: a one-shot dolly-server has no queue
+    if (!resp.ok) throw new Error(resp.statusText);
+    casts = await resp.json();
   } catch (err) {
-    return; // not a service: a one-shot dolly-server has no queue
+    setTimeout(pollService, 2000); // the server restarts, or the network blinks
+    return;
   }
   document.getElementById("service").hidden = false;
-  drawQueue(casts);
+  drawQueue(casts || []);
   try {
     const [images, groups] = await Promise.all([api("/api/images"), api("/api/groups")]);
-    drawLibrary(images);
+    drawLibrary(images || []);
     const form = document.getElementById("queue-form");
-    fill(form.image, images.map(i => i.name));
+    fill(form.image, (images || []).map(i => i.name));
     const names = Object.keys(groups || {}).sort();
     document.getElementById("group-label").hidden = names.length === 0;
     fill(form.group, names);
