@@ -186,3 +186,29 @@ func metric(body, name string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// The event stream outlives a server's write timeout (netboot's HTTP
+// server has one).
+func TestEventsOutliveWriteTimeout(t *testing.T) {
+	hub := NewHub()
+	srv := httptest.NewUnstartedServer(hub.Handler())
+	srv.Config.WriteTimeout = 300 * time.Millisecond
+	srv.Start()
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	}()
+	states := make(chan State, 64)
+	go readEvents(t, srv.URL+"/events", states)
+	<-states
+	time.Sleep(600 * time.Millisecond) // past the write timeout
+	hub.Publish(server.Event{Type: server.EvJoined, Node: "pc01", Text: "joined pc01"})
+	select {
+	case st := <-states:
+		if len(st.Joined) != 1 {
+			t.Errorf("state after the join: %+v", st)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream was cut by the write timeout")
+	}
+}

@@ -55,6 +55,9 @@ const (
 // the client goes or the hub closes.
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
+	// A stream lasts as long as the page is open: no server write
+	// timeout (netboot's HTTP server has one, for slow firmware) cuts it.
+	rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	changed, stop := h.watch()
