@@ -154,6 +154,14 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		s.lostNode(n, c, err)
 		return
 	}
+	s.mu.Lock()
+	if n.conn == c {
+		// Nothing else may reach the node before its welcome: no ping,
+		// and no assignment (the roll call waits for this).
+		n.welcomed = true
+	}
+	s.mu.Unlock()
+	s.signal()
 	if returned {
 		s.post(castEvent{kind: evReturned, node: n})
 	}

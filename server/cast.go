@@ -278,7 +278,7 @@ func (s *Server) checkNodes(now time.Time) {
 	}
 	conns := make([]*control.Conn, 0, len(s.castNodes))
 	for _, n := range s.castNodes {
-		if !n.finished() || n.status == stDone {
+		if (!n.finished() || n.status == stDone) && n.welcomed {
 			conns = append(conns, n.conn)
 		}
 	}

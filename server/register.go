@@ -113,7 +113,7 @@ func (s *Server) registerResumed(c *control.Conn, h *control.Hello, r *control.R
 		if n == nil {
 			return nil, false, "this node is not part of this cast"
 		}
-		n.conn, n.from, n.dataAddr = c, c.RemoteAddr().String(), dataAddr
+		n.conn, n.from, n.dataAddr, n.welcomed = c, c.RemoteAddr().String(), dataAddr, false
 		n.lastHeard = time.Now()
 		// It may have lost the old connection before its verdict came.
 		n.left, n.told = false, false
@@ -254,7 +254,10 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 		joined := len(s.nodes)
 		answered := 0
 		for _, n := range s.nodes {
-			if n.status != stJoined {
+			// A node that came back ready (a restarted server's) counts
+			// once it has its welcome: the cast's first words to it must
+			// not overtake that.
+			if n.status != stJoined && n.welcomed {
 				answered++
 			}
 		}

@@ -489,7 +489,7 @@ func (s *Server) keepAlive(ctx context.Context) {
 		s.mu.Lock()
 		var conns []*control.Conn
 		for _, n := range s.nodes {
-			if n.status == stReady && n.conn != nil {
+			if n.status == stReady && n.welcomed {
 				conns = append(conns, n.conn)
 			}
 		}

@@ -56,6 +56,7 @@ type nodeState struct {
 	digest     string
 	pos        int64 // stream bytes it has received
 	resumed    bool  // it came with a cast already under way
+	welcomed   bool  // its control connection has had its welcome (keepAlive)
 	// late says it joined after the plan was made: it is served apart,
 	// once the source's link is free; waiting says its stream has not
 	// started yet.
