@@ -60,8 +60,8 @@ bench: build
 ## bench-quick: the lab subset CI can afford (root, ~5 min)
 bench-quick: build
 	cd bench && $(GO) run ./labbench -bin $(abspath $(BIN)) -out out -quick
-	# The status page in a browser during a cast: bench/out/status-page.png
-	DOLLY_SCREENSHOTS=$(CURDIR)/bench/out $(GO) test -count=1 -run TestStatusPageInBrowser ./internal/e2e
+	# The status page in a browser during a cast in the lab: bench/out/status-page.png
+	DOLLY_SCREENSHOTS=$(CURDIR)/bench/out $(GO) test -count=1 -run TestStatusPageDuringALabCast ./internal/lab
 
 ## bench-relay: CPU per GB of a relay node, dolly against nc | tee | nc
 bench-relay: build

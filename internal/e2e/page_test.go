@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,27 +13,16 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 	"dolly/server"
 )
-
-// chromium finds a headless-capable browser, or skips.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no chromium: apt-get install chromium to test the status page in a browser")
-	return ""
-}
 
 // The status page, in a real browser, during a cast: it shows every node
 // and their progress moving, draws the plan, and turns a killed node
 // FAILED.
 func TestStatusPageInBrowser(t *testing.T) {
-	ctx := browserFor(t, 90*time.Second)
+	ctx := testenv.Browser(t, 90*time.Second)
 	page := freePort(t)
 	c := newFailCast(t, 3, "-http", page, "-node-timeout", "2s")
 	c.startServer()
@@ -73,7 +60,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	if err := os.WriteFile(filepath.Join(dir, "status-page.png"), shot, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "status-page-loopback.png"), shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The others finish; the page says so.
@@ -141,24 +128,10 @@ func TestJSONEvents(t *testing.T) {
 	}
 }
 
-// browserFor opens a headless chromium for the test, with a time limit.
-func browserFor(t *testing.T, limit time.Duration) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 1000))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(cancel)
-	ctx, cancelTime := context.WithTimeout(ctx, limit)
-	t.Cleanup(cancelTime)
-	return ctx
-}
-
 // In service mode the page queues a cast: a wrong token is refused with
 // the reason, the right one queues it, and the queue shows it run and end.
 func TestServePageQueuesACast(t *testing.T) {
-	ctx := browserFor(t, 90*time.Second)
+	ctx := testenv.Browser(t, 90*time.Second)
 	lib, disks := t.TempDir(), t.TempDir()
 	const size = 4 << 20
 	img := filepath.Join(lib, "nt.img")
