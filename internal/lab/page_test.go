@@ -29,7 +29,7 @@ func TestStatusPageDuringALabCast(t *testing.T) {
 	labCtx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	const nodes, mbit, victim = 4, 100.0, 1 // victim: pc02
-	const size = 96 << 20                  // about 8 s at 100 Mbit/s
+	const size = 96 << 20                   // about 8 s at 100 Mbit/s
 	dir := t.TempDir()
 	img, want := writeImage(t, dir, size, 31, testimage.Dense)
 	l := newShapedLab(labCtx, t, dir, nodes, mbit)
