@@ -13,7 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"dolly/internal/testenv"
+	"dolly/internal/browser"
 	"dolly/internal/testimage"
 	"dolly/server"
 )
@@ -22,7 +22,7 @@ import (
 // and their progress moving, draws the plan, and turns a killed node
 // FAILED.
 func TestStatusPageInBrowser(t *testing.T) {
-	ctx := testenv.Browser(t, 90*time.Second)
+	ctx := browser.Headless(t, 90*time.Second)
 	page := freePort(t)
 	c := newFailCast(t, 3, "-http", page, "-node-timeout", "2s")
 	c.startServer()
@@ -131,7 +131,7 @@ func TestJSONEvents(t *testing.T) {
 // In service mode the page queues a cast: a wrong token is refused with
 // the reason, the right one queues it, and the queue shows it run and end.
 func TestServePageQueuesACast(t *testing.T) {
-	ctx := testenv.Browser(t, 90*time.Second)
+	ctx := browser.Headless(t, 90*time.Second)
 	lib, disks := t.TempDir(), t.TempDir()
 	const size = 4 << 20
 	img := filepath.Join(lib, "nt.img")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"dolly/internal/browser"
 	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
@@ -24,7 +25,7 @@ import (
 // namespace, as an admin's browser reaches the server across a network.
 func TestStatusPageDuringALabCast(t *testing.T) {
 	requireLab(t)
-	ctx := testenv.Browser(t, 3*time.Minute)
+	ctx := browser.Headless(t, 3*time.Minute)
 	bin := buildBinaries(t)
 	labCtx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()

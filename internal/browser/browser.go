@@ -1,4 +1,6 @@
-package testenv
+// Package browser starts a headless chromium for tests of the status
+// page. It is a package of its own so that only those tests need chromedp.
+package browser
 
 import (
 	"context"
@@ -9,9 +11,9 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// Browser starts a headless chromium for the test, its actions bounded by
-// limit, or skips the test where there is none.
-func Browser(t testing.TB, limit time.Duration) context.Context {
+// Headless starts a headless chromium for the test, its actions bounded
+// by limit, or skips the test where there is none.
+func Headless(t testing.TB, limit time.Duration) context.Context {
 	t.Helper()
 	var path string
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
