@@ -330,7 +330,7 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		m := machines[h.Machine]
 		if m == nil {
 			mc := f.net.Machines[h.Machine]
-			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk}
+			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -382,7 +382,8 @@ type sharedMachine struct {
 	cpu, cpuCap       float64
 	memory, memoryCap float64
 	sharedDisk        bool
-	writers           int // hosts that write a target to the shared disk
+	crowdDisk         float64 // the shared disk's rate with all its writers at once; 0: unknown
+	writers           int     // hosts that write a target to the shared disk
 	disk, diskCap     float64
 }
 
@@ -420,7 +421,11 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
 	}
 	if m.sharedDisk && m.writers > 1 && m.disk > 0 && m.diskCap > 0 {
-		dst = append(dst, Constraint{Kind: MachineDiskLimit, Subject: name, Streams: m.writers, Coef: m.disk, Cap: m.diskCap})
+		capacity := m.diskCap
+		if m.crowdDisk > 0 {
+			capacity = m.crowdDisk
+		}
+		dst = append(dst, Constraint{Kind: MachineDiskLimit, Subject: name, Streams: m.writers, Coef: m.disk, Cap: capacity})
 	}
 	return dst
 }

@@ -58,6 +58,12 @@ type Machine struct {
 	// are files on one file system, say), so their writes add up against
 	// its rate: each host's figure is the disk's alone.
 	SharedDisk bool
+	// DiskBytesPerSec is what that shared disk took with all the
+	// machine's hosts writing at once, in bytes per second, when it was
+	// measured so: one writer alone keeps a shorter queue than a cast's
+	// many, so its figure may be far off the disk's. 0: each host's own
+	// figure is the disk's rate.
+	DiskBytesPerSec float64
 	// Crowded says its hosts' CPU figures were measured by all of them at
 	// once, so what they cost each other is in the figures already.
 	Crowded bool

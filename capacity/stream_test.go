@@ -232,13 +232,19 @@ func TestMachineSharedDisk(t *testing.T) {
 	for _, tt := range []struct {
 		nodes  int
 		shared bool
+		crowd  float64 // the disk's rate measured with all writing at once
 		want   float64
-	}{{1, true, 300 * MB}, {4, false, 300 * MB}, {4, true, 75 * MB}, {6, true, 50 * MB}} {
+	}{
+		{1, true, 0, 300 * MB}, {4, false, 0, 300 * MB}, {4, true, 0, 75 * MB}, {6, true, 0, 50 * MB},
+		// A crowd's figure is the shared disk's, above or below one writer's.
+		{4, true, 600 * MB, 150 * MB}, {6, true, 120 * MB, 20 * MB},
+		{4, false, 120 * MB, 300 * MB}, // not shared: no crowd figure applies
+	} {
 		net := oneSwitch(tt.nodes, 125e3*MB, res)
 		for i := range net.Hosts {
 			net.Hosts[i].Machine = "box"
 		}
-		net.Machines = map[string]Machine{"box": {SharedDisk: tt.shared}}
+		net.Machines = map[string]Machine{"box": {SharedDisk: tt.shared, DiskBytesPerSec: tt.crowd}}
 		r := mustEvaluate(t, net, Chain(tt.nodes), Compression{})
 		if !near(r.Rate, tt.want) {
 			t.Errorf("%d nodes, shared disk %v: %.1f MB/s, want %.1f", tt.nodes, tt.shared, r.Rate/MB, tt.want/MB)

@@ -53,7 +53,7 @@ func runCast(t *testing.T, cfg Config, targets []string, probe bool) castResult 
 	cfg.Nodes = len(targets)
 	cfg.NoProbe = !probe
 	cfg.Out = &out
-	cfg.Yes = true
+	cfg.Yes = !cfg.Interactive // an interactive test answers through cfg.In
 	addrc := make(chan string, 1)
 	cfg.Ready = func(a net.Addr) { addrc <- a.String() }
 	res := castResult{nodeErrs: make([]error, len(targets))}
@@ -272,12 +272,16 @@ func TestCastBadImage(t *testing.T) {
 func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
 	const size = 12 << 20
 	imgs, want := images(t, size)
-	targets := oldDisks(t, 2, size)
+	// Disks larger than the image: the write probe needs room to time.
+	targets := oldDisks(t, 2, 32<<20)
 	r := castProbed(t, Config{Image: imgs[imaging.Raw]}, targets)
 	if r.err != nil {
 		t.Fatalf("cast: %v\n%s", r.err, r.out)
 	}
-	wants := []string{"capacity model: predicted rate of each plan", "▶ ", "plan: ", "predicted", "MB/s, ETA"}
+	wants := []string{"capacity model: predicted rate of each plan", "▶ ", "plan: ", "predicted", "MB/s, ETA",
+		// Both targets are files on one machine: one disk, measured with
+		// both writing at once.
+		"measuring the disk the 2 nodes on one machine share", "2 nodes on one machine wrote their targets at once: their disk took"}
 	if runtime.NumCPU() < len(targets)+1 {
 		// The source and both nodes share fewer cores than they are:
 		// the nodes measure what they cost each other.
@@ -291,6 +295,33 @@ func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
 	for i, tg := range targets {
 		if got, _ := testimage.SHA256(tg, size); got != want {
 			t.Errorf("target %d differs from the image", i+1)
+		}
+	}
+}
+
+// Until the admin confirms the cast, no probe writes to a target: the
+// preview says the disk was not measured, and an admin who says no finds
+// every target as it was.
+func TestNothingIsWrittenBeforeTheCastIsConfirmed(t *testing.T) {
+	const size = 12 << 20
+	imgs, _ := images(t, size)
+	targets := oldDisks(t, 2, 32<<20) // room for the write probe, were it to run
+	r := castProbed(t, Config{Image: imgs[imaging.Raw], Interactive: true, In: strings.NewReader("n\n")}, targets)
+	if r.err == nil || !strings.Contains(r.err.Error(), "cancelled") {
+		t.Fatalf("cast answered no: %v\n%s", r.err, r.out)
+	}
+	for _, want := range []string{"disk write rate not measured", "nothing is written to a target before you confirm", "Start the cast? [y/N]"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.out)
+		}
+	}
+	if strings.Contains(r.out, "measuring the disk") {
+		t.Errorf("the disk was measured before the cast was confirmed:\n%s", r.out)
+	}
+	for i, tg := range targets {
+		b, _ := os.ReadFile(tg)
+		if !bytes.Equal(b, bytes.Repeat([]byte{0xFF}, 32<<20)) {
+			t.Errorf("target %d was written", i+1)
 		}
 	}
 }

@@ -191,6 +191,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	shareMachines(net.Hosts, machineOf)
 	shareFileDisks(&net, ready)
 	markCrowds(&net, machineOf, figs.crowds)
+	markDiskCrowds(&net, machineOf, figs.disks)
 	return net, notes
 }
 
@@ -218,6 +219,20 @@ func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]cro
 	}
 }
 
+// markDiskCrowds gives the machines whose nodes wrote their shared disk
+// all at once (hosts[i] runs on machineOf[i]) the rate it took.
+func markDiskCrowds(net *capacity.Network, machineOf []string, disks map[string]float64) {
+	for i, h := range net.Hosts {
+		rate, ok := disks[machineOf[i]]
+		if !ok || h.Machine == "" || !net.Machines[h.Machine].SharedDisk {
+			continue
+		}
+		mc := net.Machines[h.Machine]
+		mc.DiskBytesPerSec = rate
+		net.Machines[h.Machine] = mc
+	}
+}
+
 // shareFileDisks marks the machines whose nodes all write files or loop
 // devices: those land on one file system, whose disk their writes share.
 func shareFileDisks(net *capacity.Network, ready []*nodeState) {
@@ -230,7 +245,7 @@ func shareFileDisks(net *capacity.Network, ready []*nodeState) {
 		if _, seen := files[m]; !seen {
 			files[m] = true
 		}
-		files[m] = files[m] && (!n.block || strings.HasPrefix(filepath.Base(n.target), "loop"))
+		files[m] = files[m] && n.writesFile()
 	}
 	for m, shared := range files {
 		if !shared {
@@ -243,6 +258,12 @@ func shareFileDisks(net *capacity.Network, ready []*nodeState) {
 		mc.SharedDisk = true
 		net.Machines[m] = mc
 	}
+}
+
+// writesFile says whether the node's target is a file, or a loop device
+// over one: a file system's, whose disk other nodes' files may share.
+func (n *nodeState) writesFile() bool {
+	return !n.block || strings.HasPrefix(filepath.Base(n.target), "loop")
 }
 
 // mergeMachineProbes gives every probe of one machine the best CPU and

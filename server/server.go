@@ -336,6 +336,8 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 		crowds, crowdNotes := s.measureCrowds(ctx, ready)
 		figs.crowds, notes = crowds, append(notes, crowdNotes...)
+		disks, diskNotes := s.measureDiskCrowds(ctx, ready)
+		figs.disks, notes = disks, append(notes, diskNotes...)
 		s.netFigs = figs
 		choice = s.choose(ctx, ready, figs)
 		choice.Notes = append(notes, choice.Notes...)

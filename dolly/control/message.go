@@ -256,9 +256,12 @@ type NetProbe struct {
 // NetResult for ID. With Go, it pushes through the data path set up under
 // ID without a pause, counts what passes it over WindowMillis from
 // SettleMillis on (when all of them push), and a NetResult answers with
-// those Bytes and the Rate they went at (see probe.StartCrowd).
+// those Bytes and the Rate they went at (see probe.StartCrowd). With Disk,
+// the data path is the node's write path to its target, and what counts
+// is what reaches the disk (see probe.StartDiskCrowd).
 type CrowdProbe struct {
 	ID           uint64 `json:"id"`
+	Disk         bool   `json:"disk,omitempty"`
 	Go           bool   `json:"go,omitempty"`
 	SettleMillis int    `json:"settle_ms,omitempty"`
 	WindowMillis int    `json:"window_ms,omitempty"`

@@ -69,7 +69,7 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
 			push := make(chan control.CrowdProbe, 1)
 			crowds[m.CrowdProbe.ID] = push
-			go n.crowdProbe(ctx, m.CrowdProbe.ID, push)
+			go n.crowdProbe(ctx, *m.CrowdProbe, push)
 		case m.Type == control.MsgCrowdProbe:
 			if push, ok := crowds[m.CrowdProbe.ID]; ok {
 				push <- *m.CrowdProbe

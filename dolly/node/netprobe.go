@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"net"
 	"time"
 
@@ -51,20 +52,41 @@ func (n *node) receiveProbe(c net.Conn, id uint64) {
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 
-// crowdProbe sets the node's data path up for crowd probe id, says it is
-// ready, and when told pushes through it, as the other nodes of its
-// machine do at the same moment, and reports what passed in the window.
-func (n *node) crowdProbe(ctx context.Context, id uint64, push <-chan control.CrowdProbe) {
+// crowdProbe sets the node's data path up for crowd probe set (its write
+// path to the target with set.Disk), says it is ready, and when told pushes
+// through it, as the other nodes of its machine do at the same moment, and
+// reports what passed in the window.
+func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-chan control.CrowdProbe) {
+	id := set.ID
 	fail := func(err error) {
 		n.log.Warn("crowd probe failed", "err", err)
 		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id, Error: err.Error()}})
 	}
-	c, err := probe.StartCrowd(ctx)
+	var c crowdPath
+	var err error
+	switch {
+	case set.Disk && !n.welcome.MeasureTarget:
+		// The node's own guard: nothing is written to the target before
+		// the admin has confirmed the cast.
+		err = errors.New("the target is not to be written before the cast is confirmed")
+	case set.Disk:
+		c, err = probe.StartDiskCrowd(n.target, n.cfg.Buffered)
+	default:
+		c, err = probe.StartCrowd(ctx)
+	}
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer c.Close()
+	closed := false
+	closeOnce := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return c.Close()
+	}
+	defer closeOnce()
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id}})
 	var order control.CrowdProbe
 	select {
@@ -77,12 +99,24 @@ func (n *node) crowdProbe(ctx context.Context, id uint64, push <-chan control.Cr
 	settle := min(time.Duration(order.SettleMillis)*time.Millisecond, maxCrowdTime)
 	window := min(max(time.Duration(order.WindowMillis)*time.Millisecond, time.Millisecond), maxCrowdTime)
 	bytes, took, err := c.PushFor(settle, window)
+	if err == nil {
+		// Nothing of it is in flight once the server hears: the cast
+		// does not pay for the probe's writes.
+		err = closeOnce()
+	}
 	if err != nil {
 		fail(err)
 		return
 	}
 	res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
+}
+
+// crowdPath is a data path a crowd probe pushes through: the relay's
+// (probe.Crowd) or the target's (probe.DiskCrowd).
+type crowdPath interface {
+	PushFor(settle, window time.Duration) (int64, time.Duration, error)
+	Close() error
 }
 
 // maxCrowdTime bounds each part of a crowd probe, whatever the order.

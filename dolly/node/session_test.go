@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,5 +222,61 @@ func TestResumeIsSafeWhileTheLoopRecordsTheOutcome(t *testing.T) {
 			}
 		default:
 		}
+	}
+}
+
+// A node writes nothing to its target for a disk crowd unless its welcome
+// said the cast is confirmed (MeasureTarget): asked anyway, it answers with
+// an error and leaves the target alone; told so, it measures.
+func TestDiskCrowdWaitsForTheConfirmation(t *testing.T) {
+	for _, confirmed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("confirmed=%v", confirmed), func(t *testing.T) {
+			target := filepath.Join(t.TempDir(), "target")
+			const size = 16 << 20
+			if err := testimage.Fill(target, 0xAA, size); err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			srv := &fakeServer{t: t, ln: ln}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() {
+				_, err := Run(ctx, Config{Server: ln.Addr().String(), Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true})
+				ran <- err
+			}()
+			c, _ := srv.accept()
+			defer c.Close()
+			welcome := control.Welcome{Cast: stream.CastID{7}, Image: "image", ImageSize: size, Fingerprint: "fp",
+				DataToken: stream.NewToken(), ProbeToken: stream.NewToken(), MeasureTarget: confirmed}
+			srv.send(c, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
+			srv.recv(c, control.MsgReady)
+			srv.send(c, control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &control.CrowdProbe{ID: 9, Disk: true}})
+			got := srv.recv(c, control.MsgNetResult).NetResult
+			if !confirmed {
+				if got.Error == "" || !strings.Contains(got.Error, "confirmed") {
+					t.Fatalf("unconfirmed disk crowd answered %+v, want an error", got)
+				}
+			} else {
+				if got.Error != "" {
+					t.Fatalf("confirmed disk crowd failed to start: %s", got.Error)
+				}
+				srv.send(c, control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &control.CrowdProbe{ID: 9, Disk: true, Go: true, SettleMillis: 10, WindowMillis: 100}})
+				got = srv.recv(c, control.MsgNetResult).NetResult
+				if got.Error != "" || got.Bytes <= 0 || got.Rate <= 0 {
+					t.Fatalf("confirmed disk crowd answered %+v, want bytes on the disk", got)
+				}
+			}
+			b, _ := os.ReadFile(target)
+			if !bytes.Equal(b, bytes.Repeat([]byte{0xAA}, size)) {
+				t.Fatal("the target changed")
+			}
+			srv.send(c, control.Message{Type: control.MsgAbort, Reason: "test over"})
+			<-ran
+		})
 	}
 }

@@ -33,4 +33,15 @@ func (*Crowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, error
 	return 0, 0, errProbeUnsupported
 }
 
-func (*Crowd) Close() {}
+func (*Crowd) Close() error { return nil }
+
+// A DiskCrowd is this node's write path, ready to write (Linux only).
+type DiskCrowd struct{}
+
+func StartDiskCrowd(string, bool) (*DiskCrowd, error) { return nil, errProbeUnsupported }
+
+func (*DiskCrowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, error) {
+	return 0, 0, errProbeUnsupported
+}
+
+func (*DiskCrowd) Close() error { return nil }

@@ -1,0 +1,189 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"dolly/imaging"
+)
+
+// A DiskCrowd is this node's write path to its target, set up and ready to
+// write when told. Nodes whose targets share one disk (files on one file
+// system, loop devices over them) each measure it alone as one writer,
+// which keeps a shallow queue; in a cast they all write at once, and the
+// disk serves them together, often faster in all than one writer alone
+// and sometimes far slower. What reaches the disk from all of them over
+// one window is what the disk takes from the cast.
+//
+// It rewrites a region of the target with the bytes it holds, read when
+// it is set up, over and over, the way the cast writes (O_DIRECT to a
+// block device unless buffered, through the page cache and written behind
+// otherwise): no byte of the target changes.
+type DiskCrowd struct {
+	out    *os.File
+	direct bool // O_DIRECT: a write is on the disk when it returns
+	buf    []byte
+	start  int64
+	onDisk atomic.Int64
+}
+
+// diskCrowdRegion is what a disk crowd rewrites, per node, and holds in
+// memory; diskCrowdLag is what it may have on its way to the disk through
+// the page cache, as a cast writing behind does (see imaging.WriteBehind).
+const diskCrowdRegion, diskCrowdLag = 16 << 20, 16 << 20
+
+// StartDiskCrowd reads the region of the target at path that it will
+// rewrite, and opens it for writing. A block device that is mounted or
+// held by another program is refused.
+func StartDiskCrowd(path string, buffered bool) (*DiskCrowd, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	block := st.Mode()&os.ModeDevice != 0
+	flags := os.O_RDONLY
+	if block {
+		flags |= unix.O_EXCL // refused while mounted or held by another program
+	}
+	in, _, err := openDirect(path, flags)
+	if err != nil {
+		if block && errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("%s is in use (mounted?): not measured", path)
+		}
+		return nil, err
+	}
+	defer in.Close()
+	size, err := in.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, err
+	}
+	region := min(size/2/probeBlock*probeBlock, diskCrowdRegion)
+	if region < probeBlock {
+		return nil, fmt.Errorf("%s is too small to measure", path)
+	}
+	c := &DiskCrowd{buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2}
+	for b := int64(0); b < region; b += probeBlock {
+		if _, err := in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+	}
+	if block && !buffered {
+		c.out, c.direct, err = openDirect(path, os.O_WRONLY)
+	} else {
+		c.out, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// What is still dirty of the target is flushed before the count.
+	if err := c.out.Sync(); err != nil {
+		c.out.Close()
+		return nil, err
+	}
+	if !c.direct {
+		if err := unix.SyncFileRange(int(c.out.Fd()), c.start, 1, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+			c.out.Close()
+			return nil, fmt.Errorf("%s: this file system cannot write behind: not measured", path)
+		}
+		unix.Fadvise(int(c.out.Fd()), c.start, region, unix.FADV_DONTNEED)
+	}
+	return c, nil
+}
+
+// PushFor writes without a pause and counts what reaches the disk over
+// window, from settle on: the time the other nodes of the machine take to
+// start writing too, and this node's write-behind to fill. It returns the
+// bytes counted and the time they took, once all it wrote is on the disk.
+func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration, error) {
+	var stop atomic.Bool
+	wrote := make(chan error, 1)
+	go func() { wrote <- c.write(&stop) }()
+	halt := func() error {
+		stop.Store(true)
+		return <-wrote
+	}
+	select {
+	case err := <-wrote:
+		return 0, 0, err
+	case <-time.After(settle):
+	}
+	d0, t0 := c.onDisk.Load(), time.Now()
+	select {
+	case err := <-wrote:
+		return 0, 0, err
+	case <-time.After(window):
+	}
+	d1, took := c.onDisk.Load(), time.Since(t0)
+	if err := halt(); err != nil {
+		return 0, 0, err
+	}
+	return d1 - d0, took, nil
+}
+
+// write rewrites the region, block by block and round and round, until
+// told to stop. Through the page cache each block is handed to the disk as
+// soon as it is written, and counted once the disk has it: a second
+// goroutine waits for the blocks in order, while the writer goes on until
+// diskCrowdLag is on its way. Counting when the writer would wait, as a
+// cast does, would count nothing until the lag is full.
+func (c *DiskCrowd) write(stop *atomic.Bool) error {
+	fd := int(c.out.Fd())
+	var flight chan int64 // offsets handed to the disk, oldest first
+	waited := make(chan error, 1)
+	if !c.direct {
+		flight = make(chan int64, diskCrowdLag/probeBlock)
+		go func() {
+			const wait = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+			var err error
+			for off := range flight {
+				if err == nil {
+					err = unix.SyncFileRange(fd, off, probeBlock, wait)
+				}
+				if err == nil {
+					unix.Fadvise(fd, off, probeBlock, unix.FADV_DONTNEED)
+					c.onDisk.Add(probeBlock)
+				}
+			}
+			waited <- err
+		}()
+	}
+	err := c.rewrite(stop, flight)
+	if flight == nil {
+		return err
+	}
+	close(flight)
+	return errors.Join(err, <-waited)
+}
+
+// rewrite writes the blocks of the region in turn, handing each to the
+// disk through flight (nil: O_DIRECT, on the disk once written).
+func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
+	fd := int(c.out.Fd())
+	region := int64(len(c.buf))
+	for off := int64(0); !stop.Load(); off = (off + probeBlock) % region {
+		if _, err := c.out.WriteAt(c.buf[off:off+probeBlock], c.start+off); err != nil {
+			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
+		}
+		if flight == nil {
+			c.onDisk.Add(probeBlock)
+			continue
+		}
+		if err := unix.SyncFileRange(fd, c.start+off, probeBlock, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
+		}
+		flight <- c.start + off
+	}
+	return nil
+}
+
+// Close closes the target: what was written is on the disk by then, since
+// PushFor waits for it.
+func (c *DiskCrowd) Close() error {
+	return c.out.Close()
+}

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"dolly/dolly/control"
+)
+
+// Nodes whose targets are files on one machine (the demo, an emulated lab,
+// VMs on one host) write to one disk. One node measured it alone, as one
+// writer with a short queue; in the cast they all write at once, and the
+// disk may then take far more in all than one writer got, or less. So
+// before the plan they all write their targets at once, the way the cast
+// does (see probe.DiskCrowd), and what reached the disk from all of them
+// over a window is the rate the model shares out among them.
+
+// diskCrowdSettle is how long after the order to write the window opens:
+// the orders go out one by one, and each node must be writing, its
+// write-behind full, before any counts. diskCrowdWindow is the window.
+const (
+	diskCrowdSettle = 100 * time.Millisecond
+	diskCrowdWindow = 300 * time.Millisecond
+)
+
+// sharedDisks returns the nodes of every machine that two or more of them
+// share and whose targets are all files (or loop devices over files), by
+// machine, if their disk was measured at all: only once the cast is
+// confirmed is anything written to a target.
+func (s *Server) sharedDisks(ready []*nodeState) map[string][]*nodeState {
+	if !s.confirmed() {
+		return nil
+	}
+	on := map[string][]*nodeState{}
+	files := map[string]bool{}
+	measured := map[string]bool{}
+	for _, n := range ready {
+		if n.machine == "" {
+			continue
+		}
+		if _, seen := files[n.machine]; !seen {
+			files[n.machine] = true
+		}
+		files[n.machine] = files[n.machine] && n.writesFile()
+		measured[n.machine] = measured[n.machine] || (n.probe != nil && n.probe.DiskWriteBytesPerSec > 0)
+		on[n.machine] = append(on[n.machine], n)
+	}
+	shared := map[string][]*nodeState{}
+	for m, nodes := range on {
+		if len(nodes) >= 2 && files[m] && measured[m] {
+			shared[m] = nodes
+		}
+	}
+	return shared
+}
+
+// measureDiskCrowds has the nodes of every machine whose disk they share
+// write their targets at once, and returns what each such disk took, in
+// bytes per second, by machine, with notes for the preview.
+func (s *Server) measureDiskCrowds(ctx context.Context, ready []*nodeState) (map[string]float64, []string) {
+	shared := s.sharedDisks(ready)
+	if len(shared) == 0 {
+		return nil, nil
+	}
+	for _, nodes := range shared {
+		fmt.Fprintf(s.cfg.Out, "measuring the disk the %s on one machine share: all write their targets at once, in place\n", plural(len(nodes), "node"))
+	}
+	start := time.Now()
+	defer func() { s.log.Debug("disk crowd probes", "machines", len(shared), "took", time.Since(start)) }()
+	id := uint64(time.Now().UnixNano())
+	ids := map[*nodeState]uint64{}
+	prepared := s.crowdRound(ctx, shared, func(n *nodeState) control.CrowdProbe {
+		id++
+		ids[n] = id
+		return control.CrowdProbe{ID: id, Disk: true}
+	})
+	going := map[string][]*nodeState{}
+	var notes []string
+	for m, nodes := range shared {
+		if why := prepared.missing(m, nodes); why != "" {
+			notes = append(notes, "disk: "+why)
+			continue
+		}
+		going[m] = nodes
+	}
+	wrote := s.crowdRound(ctx, going, func(n *nodeState) control.CrowdProbe {
+		return control.CrowdProbe{ID: ids[n], Disk: true, Go: true,
+			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
+	})
+	disks := map[string]float64{}
+	for m, nodes := range going {
+		if why := wrote.missing(m, nodes); why != "" {
+			notes = append(notes, "disk: "+why)
+			continue
+		}
+		var rate float64
+		for _, r := range wrote.results[m] {
+			rate += r.Rate
+		}
+		if rate <= 0 {
+			notes = append(notes, fmt.Sprintf("the %s on one machine wrote nothing to their disk in %v: the model counts what one measured alone", plural(len(nodes), "node"), diskCrowdWindow))
+			continue
+		}
+		disks[m] = rate
+		notes = append(notes, fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(rate)))
+	}
+	slices.Sort(notes)
+	return disks, notes
+}
