@@ -51,7 +51,7 @@ func keyOf(c Constraint) groupKey {
 	switch c.Kind {
 	case LinkLimit, BackplaneLimit, MachineCPULimit, MachineMemoryLimit, MachineDiskLimit, SourceRateLimit:
 		return groupKey{kind: c.Kind, streams: c.Streams}
-	case DiskLimit, DecompressLimit:
+	case DiskLimit, DecompressLimit, CompressLimit:
 		// These limit the same way whatever else the host does.
 		return groupKey{kind: c.Kind, flow: Flow{Source: c.Flow.Source}}
 	default:
@@ -87,6 +87,8 @@ func describeGroup(c Constraint, subjects []string) string {
 		return fmt.Sprintf("disk of %s", names)
 	case DecompressLimit:
 		return fmt.Sprintf("decoding thread of %s", names)
+	case CompressLimit:
+		return fmt.Sprintf("compressing thread of %s", names)
 	case MachineCPULimit:
 		return fmt.Sprintf("CPU of machine %s, shared by %d hosts", names, c.Streams)
 	case MachineMemoryLimit:

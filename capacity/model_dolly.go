@@ -96,7 +96,8 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 //	raw as raw:           scan what is read for zero runs (s: all of it, less a sparse file's holes),
 //	                      CRC the data (d; the digest takes the frames' CRCs)
 //	compressed as stored: CRC the frames (w)
-//	raw, compressed here: digest the data (d), compress it (d/compress, spread over cores), CRC (w)
+//	raw, compressed here: digest the data (d), compress it (d/compress), CRC (w); one thread
+//	                      reads, digests and compresses the stream, so that is one core's work
 //	compressed, sent raw: decompress (1/decompress, one stream), scan for zero runs (1), CRC (d)
 //
 //	disk      s·b ≤ disk read rate
@@ -123,7 +124,8 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 			return err
 		}
 		passes = d + w
-		convert = d / rate // the encoder spreads over every core
+		convert = d / rate
+		h.add(CompressLimit, flow, stored*share(r.CPU.Copy)+d*share(r.CPU.Digest)+convert, 1)
 	case "decompress":
 		stored = st.storedBytes()
 		rate, err := r.decompressRate(st.stored.Codec)

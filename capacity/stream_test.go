@@ -70,6 +70,15 @@ func TestSourceConversions(t *testing.T) {
 	if disk := find(t, onTheFly, DiskLimit, "src"); !near(disk.Coef, 1) {
 		t.Errorf("compressing source reads %v per raw byte, want 1", disk.Coef)
 	}
+	// One thread reads, digests and compresses, however many cores the
+	// source has: read 1, digest 1, compress 1 at 0.1 GB/s, on one core.
+	thread := find(t, onTheFly, CompressLimit, "src")
+	if want := (1/2.0 + 1/4.0 + 1/0.1) * ns; !near(thread.Coef, want) || thread.Cap != 1 {
+		t.Errorf("compressing thread: %v·b ≤ %v, want %v·b ≤ 1", thread.Coef, thread.Cap, want)
+	}
+	if got := describeGroup(thread, []string{"src"}); got != "compressing thread of src" {
+		t.Errorf("compressing thread described as %q", got)
+	}
 
 	decoded := evaluateWith(t, net, Chain(2), raw, Options{Stored: &zstd})
 	if disk := find(t, decoded, DiskLimit, "src"); !near(disk.Coef, 0.5) {

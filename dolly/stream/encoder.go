@@ -108,14 +108,17 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 }
 
 // compressOnTheFly starts a goroutine that reads the raw image, digests it
-// and compresses it into a pipe the encoder frames.
+// and compresses it into a pipe the encoder frames, all on one thread.
 func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io.Reader, int64) {
-	pr, pw := io.Pipe()
+	pipe := newBufPipe(16)
 	e.later = make(chan imaging.Digest, 1)
-	e.stop = func() { pr.CloseWithError(errors.New("encoder closed")) }
+	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
 	go func() {
 		d := imaging.NewDigester()
-		zw, err := imaging.NewEncoder(send, pw, 0)
+		// One core: what the model counts (capacity.CompressLimit). Handing
+		// blocks to a second goroutine gains a tenth in speed at a fifth
+		// more CPU a byte, which a machine the nodes share pays.
+		zw, err := imaging.NewEncoder(send, pipe, 1)
 		if err == nil {
 			_, err = io.Copy(zw, io.TeeReader(im.Stream(), d))
 			if cerr := zw.Close(); err == nil {
@@ -125,9 +128,9 @@ func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io
 		if err == nil {
 			e.later <- d.Sum()
 		}
-		pw.CloseWithError(err)
+		pipe.CloseWriter(err)
 	}()
-	return pr, -1
+	return pipe, -1
 }
 
 // Close stops any on-the-fly encoding and releases decoders.

@@ -1,0 +1,53 @@
+package stream
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+)
+
+// What goes into a bufPipe comes out whole and in order, whatever the
+// sizes of the writes and reads; the writer's error ends the reader's
+// stream, and a reader that stops ends the writer's.
+func TestBufPipe(t *testing.T) {
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	p := newBufPipe(4)
+	go func() {
+		for off, n := 0, 1; off < len(want); off, n = off+n, n*3%65521+1 {
+			n = min(n, len(want)-off)
+			if _, err := p.Write(want[off : off+n]); err != nil {
+				t.Errorf("write: %v", err)
+				return
+			}
+		}
+		p.CloseWriter(nil)
+	}()
+	got, err := io.ReadAll(p)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+
+	broken := errors.New("image unreadable")
+	p = newBufPipe(4)
+	p.Write([]byte("abc"))
+	p.CloseWriter(broken)
+	if got, err := io.ReadAll(p); string(got) != "abc" || !errors.Is(err, broken) {
+		t.Fatalf("after the writer's error: read %q, %v", got, err)
+	}
+
+	stopped := errors.New("encoder closed")
+	p = newBufPipe(1)
+	p.CloseReader(stopped)
+	for range 3 { // more writes than slots: none may block
+		if _, err := p.Write([]byte("x")); !errors.Is(err, stopped) && err != nil {
+			t.Fatalf("write after the reader stopped: %v", err)
+		}
+	}
+	if _, err := p.Write([]byte("x")); !errors.Is(err, stopped) {
+		t.Fatalf("write with the pipe full and the reader gone: %v, want %v", err, stopped)
+	}
+}
