@@ -274,7 +274,7 @@ func TestCastWithProbesPreviewsAndPicks(t *testing.T) {
 	imgs, want := images(t, size)
 	// Disks larger than the image: the write probe needs room to time.
 	targets := oldDisks(t, 2, 32<<20)
-	r := castProbed(t, Config{Image: imgs[imaging.Raw]}, targets)
+	r := castProbed(t, Config{Image: imgs[imaging.Raw], measureDisks: true}, targets)
 	if r.err != nil {
 		t.Fatalf("cast: %v\n%s", r.err, r.out)
 	}
@@ -306,7 +306,7 @@ func TestNothingIsWrittenBeforeTheCastIsConfirmed(t *testing.T) {
 	const size = 12 << 20
 	imgs, _ := images(t, size)
 	targets := oldDisks(t, 2, 32<<20) // room for the write probe, were it to run
-	r := castProbed(t, Config{Image: imgs[imaging.Raw], Interactive: true, In: strings.NewReader("n\n")}, targets)
+	r := castProbed(t, Config{Image: imgs[imaging.Raw], Interactive: true, In: strings.NewReader("n\n"), measureDisks: true}, targets)
 	if r.err == nil || !strings.Contains(r.err.Error(), "cancelled") {
 		t.Fatalf("cast answered no: %v\n%s", r.err, r.out)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"dolly/capacity"
 	"dolly/imaging"
 )
 
@@ -57,6 +58,29 @@ func TestUnusedDecoders(t *testing.T) {
 		s := &Server{cfg: Config{Compress: tt.compress}, img: &imaging.Image{Encoding: tt.stored}}
 		if got := s.unusedDecoders(); !slices.Equal(got, tt.want) {
 			t.Errorf("%s image, -compress %s: unused %q, want %q", tt.stored, tt.compress, got, tt.want)
+		}
+	}
+}
+
+// A shared disk is measured in a crowd only where one writer's figure puts
+// it within diskDoubt of the plan's rate.
+func TestSharedDiskMayBind(t *testing.T) {
+	disk := func(bound float64) capacity.Constraint {
+		return capacity.Constraint{Kind: capacity.MachineDiskLimit, Coef: 24, Cap: 24 * bound}
+	}
+	tests := []struct {
+		name string
+		r    capacity.Result
+		want bool
+	}{
+		{"the disk binds", capacity.Result{Rate: 69e6, Constraints: []capacity.Constraint{disk(69e6)}}, true},
+		{"the disk within 3x", capacity.Result{Rate: 100e6, Constraints: []capacity.Constraint{disk(250e6)}}, true},
+		{"the disk far above", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{disk(80e6)}}, false},
+		{"no shared disk", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{{Kind: capacity.DiskLimit, Coef: 1, Cap: 13e6}}}, false},
+	}
+	for _, tt := range tests {
+		if got := sharedDiskMayBind(tt.r); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
