@@ -17,6 +17,8 @@ build:
 ## test: vet and every test (root-only tests skip themselves without root)
 test:
 	$(GO) vet ./...
+	# What ARM64 PCs run (make initramfs-arm64) builds for them too.
+	GOARCH=arm64 $(GO) vet ./dolly/... ./initramfs/...
 	cd bench && $(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -count=1 ./...
@@ -73,6 +75,15 @@ initramfs:
 	CGO_ENABLED=0 GOBIN=$(abspath $(BIN)) $(GO) install github.com/u-root/u-root/cmds/core/gosh@$$($(GO) list -m -f '{{.Version}}' github.com/u-root/u-root)
 	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
 	$(BIN)/mkinitramfs -o $(BIN)/initramfs.cpio.gz -init $(BIN)/dolly-init -shell $(BIN)/gosh
+
+## initramfs-arm64: the initramfs for ARM64 UEFI PCs (bin/arm64/initramfs.cpio.gz); MODULES_ARM64=DIR adds NIC and disk modules from an ARM64 kernel's /lib/modules/VERSION
+.PHONY: initramfs-arm64
+initramfs-arm64:
+	CGO_ENABLED=0 GOARCH=arm64 $(GO) build -o $(BIN)/arm64/dolly-init ./initramfs/cmd/dolly-init
+	CGO_ENABLED=0 GOARCH=arm64 GOBIN= $(GO) install github.com/u-root/u-root/cmds/core/gosh@$$($(GO) list -m -f '{{.Version}}' github.com/u-root/u-root)
+	cp "$$($(GO) env GOPATH)/bin/linux_arm64/gosh" $(BIN)/arm64/gosh
+	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
+	$(BIN)/mkinitramfs -o $(BIN)/arm64/initramfs.cpio.gz -init $(BIN)/arm64/dolly-init -shell $(BIN)/arm64/gosh $(if $(MODULES_ARM64),-modules $(MODULES_ARM64),-no-modules)
 
 ## netboot-test: qemu VMs (2 BIOS, 1 UEFI; then 1 UEFI with Secure Boot; then one refusing a tampered kernel; then a lab service sending a PC to its disk) PXE-boot from dolly-server -boot, clone an image and are sent to their disks (root, qemu, ovmf, shim-signed, grub-efi-amd64-signed, ~3 min)
 .PHONY: netboot-test

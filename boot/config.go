@@ -156,6 +156,12 @@ func checkFiles(c *Config) error {
 	} else {
 		files = append(files, served{"iPXE for UEFI", c.EFIFile, "install Debian's ipxe package or pass -ipxe-efi PATH"})
 	}
+	if a := c.ARM64; a != nil {
+		files = append(files,
+			served{"iPXE for ARM64 UEFI", a.IPXE, "build it (iPXE's make bin-arm64-efi/ipxe.efi) or pass -ipxe-arm64 PATH"},
+			served{"ARM64 kernel", a.Kernel, "pass -kernel-arm64 PATH (Debian's linux-image-arm64)"},
+			served{"ARM64 initramfs", a.Initramfs, "build it (make initramfs-arm64) or pass -initramfs-arm64 PATH"})
+	}
 	for _, f := range files {
 		if f.path == "" {
 			return fmt.Errorf("no %s to serve: %s", f.what, f.fix)

@@ -15,6 +15,7 @@ const (
 	archBIOS     = 0
 	archEFIBC    = 7 // x86-64 UEFI, as most firmware reports it
 	archEFIX8664 = 9
+	archEFIARM64 = 11
 )
 
 // pxeVendorOptions is option 43 for PXE clients: PXE_DISCOVERY_CONTROL
@@ -30,15 +31,23 @@ type responder struct {
 	router    netip.Addr   // optional, full DHCP only
 	biosFile  string       // TFTP name of iPXE for BIOS clients
 	efiFile   string       // TFTP name of iPXE for x86-64 UEFI clients
+	arm64File string       // TFTP name of iPXE for ARM64 UEFI clients; "": not served
 	scriptURL string       // what iPXE itself is told to load
 	leases    *leaseTable  // nil in proxyDHCP mode
 	// answer, if set, says whether to answer the machine with this MAC
 	// (lower case, colons): the others get no reply at all.
 	answer func(mac string) bool
+	// unserved, if set, hears of every PXE client whose architecture
+	// gets no boot file, even where it gets an address.
+	unserved func(mac string, err error)
 }
 
 // errRangeExhausted is returned when full DHCP has no address left.
 var errRangeExhausted = errors.New("dhcp range exhausted")
+
+// errArchNotServed is returned for a PXE client whose architecture gets no
+// boot file: the admin is told, once per machine, what it would take.
+var errArchNotServed = errors.New("client architecture not served")
 
 // reply returns the reply to req, which arrived on the DHCP port or, when
 // pxePort is set, on the PXE boot server port 4011. A nil reply comes
@@ -61,6 +70,9 @@ func (r *responder) reply(req *Packet, pxePort bool) (*Packet, error) {
 	file, fileErr := "", errors.New("not a PXE client")
 	if pxe {
 		file, fileErr = r.bootFile(req)
+		if errors.Is(fileErr, errArchNotServed) && r.unserved != nil {
+			r.unserved(req.MAC().String(), fileErr)
+		}
 	}
 
 	// Port 4011 and proxyDHCP only ever give boot information.
@@ -150,16 +162,22 @@ func (r *responder) bootFile(req *Packet) (string, error) {
 		arch = binary.BigEndian.Uint16(v)
 	}
 	var file string
+	script := r.scriptURL
 	switch arch {
 	case archBIOS:
 		file = r.biosFile
 	case archEFIBC, archEFIX8664:
 		file = r.efiFile
+	case archEFIARM64:
+		if r.arm64File == "" {
+			return "", fmt.Errorf("%w: 11 (ARM64 UEFI) needs dolly-server's -kernel-arm64 and -initramfs-arm64, and iPXE for ARM64 (-ipxe-arm64)", errArchNotServed)
+		}
+		file, script = r.arm64File, r.scriptURL+"?arch="+arm64Arch
 	default:
-		return "", fmt.Errorf("client architecture %d is not served (only x86 BIOS and x86-64 UEFI)", arch)
+		return "", fmt.Errorf("%w: %d (served: x86 BIOS, x86-64 UEFI and, when set up, ARM64 UEFI)", errArchNotServed, arch)
 	}
 	if isIPXE(req) {
-		file = r.scriptURL
+		file = script
 	}
 	return file, nil
 }

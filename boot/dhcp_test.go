@@ -76,7 +76,7 @@ func TestProxyDHCP(t *testing.T) {
 		{"iPXE request on 4011", clientPacket(msgRequest, 8, pxe(archBIOS), userClassIPXE), true, msgAck, testScript},
 		{"not PXE", clientPacket(msgDiscover, 9), false, 0, ""},
 		{"other vendor class", clientPacket(msgDiscover, 10, withOpt(optVendorClass, []byte("MSFT 5.0"))), false, 0, ""},
-		{"ARM64 UEFI", clientPacket(msgDiscover, 11, pxe(11)), false, 0, ""},
+		{"ARM64 UEFI, not set up", clientPacket(msgDiscover, 11, pxe(archEFIARM64)), false, 0, ""},
 		{"request on 67", clientPacket(msgRequest, 12, pxe(archBIOS)), false, 0, ""},
 		{"discover on 4011", clientPacket(msgDiscover, 13, pxe(archBIOS)), true, 0, ""},
 		{"release", clientPacket(msgRelease, 14, pxe(archBIOS)), false, 0, ""},
@@ -109,6 +109,33 @@ func TestProxyDHCP(t *testing.T) {
 				t.Error("proxyDHCP reply has a lease time")
 			}
 		})
+	}
+}
+
+// An ARM64 UEFI PC (architecture 11) gets iPXE for ARM64 once the server
+// has it, and then the script for ARM64; until then no answer, and the
+// reason names the flags that set it up.
+func TestARM64Clients(t *testing.T) {
+	r := testResponder(nil)
+	req := clientPacket(msgDiscover, 20, pxe(archEFIARM64))
+	if resp, err := r.reply(req, false); resp != nil || err == nil || !strings.Contains(err.Error(), "-kernel-arm64") {
+		t.Fatalf("ARM64 PC with no ARM64 boot set up: reply %+v, %v; want none, naming -kernel-arm64", resp, err)
+	}
+	r.arm64File = arm64Name
+	for _, tt := range []struct {
+		name string
+		req  *Packet
+		file string
+	}{
+		{"firmware", req, arm64Name},
+		{"iPXE", clientPacket(msgDiscover, 21, pxe(archEFIARM64), userClassIPXE), testScript + "?arch=arm64"},
+		{"x86-64 UEFI unchanged", clientPacket(msgDiscover, 22, pxe(archEFIX8664), userClassIPXE), testScript},
+	} {
+		resp, err := r.reply(tt.req, false)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		checkBoot(t, tt.req, resp, tt.file)
 	}
 }
 

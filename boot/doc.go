@@ -5,9 +5,11 @@
 //     boot information and never an address, next to the site's DHCP
 //     server; or full DHCP leasing a range, for an isolated lab switch.
 //     Requests to the PXE boot server port 4011 are answered too.
-//   - TFTP (read-only): iPXE, undionly.kpxe for BIOS clients and ipxe.efi
-//     for x86-64 UEFI clients.
-//   - HTTP: the iPXE script, the kernel and the initramfs.
+//   - TFTP (read-only): iPXE, undionly.kpxe for BIOS clients, ipxe.efi
+//     for x86-64 UEFI clients and, with Config.ARM64, ipxe-arm64.efi for
+//     ARM64 UEFI clients.
+//   - HTTP: the iPXE script, the kernel and the initramfs (ARM64's under
+//     /arm64, its script at boot.ipxe?arch=arm64).
 //
 // Firmware loads iPXE over TFTP; iPXE asks DHCP again, recognisably, and
 // is sent the script's URL instead, so it boots the kernel over HTTP with

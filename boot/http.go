@@ -47,26 +47,45 @@ func plainRune(r rune) rune {
 // askMAC returns the script that has iPXE fetch the boot script again
 // from base, naming the MAC address of the NIC it booted from: iPXE
 // expands it only in a script, not in the file name DHCP gives it. The
-// URL is absolute and the MAC hyphenated, which every iPXE parses.
-func askMAC(base string) string {
-	return "#!ipxe\nchain " + base + "/boot.ipxe?mac=${netX/mac:hexhyp}\n"
+// URL is absolute and the MAC hyphenated, which every iPXE parses. arch,
+// if set, is the architecture the script is for, kept in the URL.
+func askMAC(base, arch string) string {
+	query := "?"
+	if arch != "" {
+		query = "?arch=" + arch + "&"
+	}
+	return "#!ipxe\nchain " + base + "/boot.ipxe" + query + "mac=${netX/mac:hexhyp}\n"
 }
 
-// httpHandler serves the iPXE script, the kernel and the initramfs (at
-// base), and every other path with other (nothing if nil). With local, a
-// PC that names its MAC (see askMAC) for which local gives a reason gets
+// archBoot is what the PCs of one architecture boot over HTTP: the iPXE
+// script, and the paths of the kernel and the initramfs it names.
+type archBoot struct {
+	script, kernel, initramfs string
+}
+
+// httpHandler serves the iPXE script, the kernel and the initramfs of each
+// architecture in boots: x86-64's ("") at base, /boot.ipxe, /vmlinuz and
+// /initramfs; another's at /boot.ipxe?arch=A, /A/vmlinuz and /A/initramfs.
+// Every other path goes to other (nothing if nil). With local, a PC that
+// names its MAC (see askMAC) for which local gives a reason gets
 // LocalScript instead, and sent, if set, is told once the script is on its
 // way.
-func httpHandler(base, script, kernel, initramfs string, local func(mac string) string, sent func(mac string), other http.Handler, log *slog.Logger) http.Handler {
+func httpHandler(base string, boots map[string]archBoot, local func(mac string) string, sent func(mac string), other http.Handler, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /boot.ipxe", func(w http.ResponseWriter, r *http.Request) {
+		arch := r.URL.Query().Get("arch")
+		b, ok := boots[arch]
+		if !ok {
+			http.Error(w, "no boot files for architecture "+arch, http.StatusNotFound)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		mac, named := r.URL.Query()["mac"]
 		switch {
 		case local == nil:
-			fmt.Fprint(w, script)
+			fmt.Fprint(w, b.script)
 		case !named:
-			fmt.Fprint(w, askMAC(base))
+			fmt.Fprint(w, askMAC(base, arch))
 		default:
 			addr := strings.ToLower(strings.ReplaceAll(mac[0], "-", ":"))
 			if why := local(addr); why != "" {
@@ -77,18 +96,26 @@ func httpHandler(base, script, kernel, initramfs string, local func(mac string) 
 				}
 				return
 			}
-			fmt.Fprint(w, script)
+			fmt.Fprint(w, b.script)
 		}
 	})
-	mux.HandleFunc("GET /vmlinuz", serveFile(kernel))
-	mux.HandleFunc("GET /initramfs", serveFile(initramfs))
+	paths := []string{"/boot.ipxe"}
+	for arch, b := range boots {
+		dir := ""
+		if arch != "" {
+			dir = "/" + arch
+		}
+		mux.HandleFunc("GET "+dir+"/vmlinuz", serveFile(b.kernel))
+		mux.HandleFunc("GET "+dir+"/initramfs", serveFile(b.initramfs))
+		paths = append(paths, dir+"/vmlinuz", dir+"/initramfs")
+	}
 	boot := logRequests(mux, log)
 	if other == nil {
 		return boot
 	}
 	// The boot files are logged; the rest (a page that polls) is not.
 	top := http.NewServeMux()
-	for _, path := range []string{"/boot.ipxe", "/vmlinuz", "/initramfs"} {
+	for _, path := range paths {
 		top.Handle(path, boot)
 	}
 	top.Handle("/", other)

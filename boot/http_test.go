@@ -48,7 +48,7 @@ func TestHTTP(t *testing.T) {
 	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 123_457)
 	script := Script("http://198.18.0.1:9701", []string{"dolly.server=198.18.0.1:9700"})
 	var log bytes.Buffer
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", map[string]archBoot{"": {script, kernel, initramfs}}, nil, nil, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 
 	fileBytes := func(path string) string {
@@ -109,7 +109,7 @@ func TestHTTPServesOtherPaths(t *testing.T) {
 	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 1002)
 	script := Script("http://198.18.0.1:9701", nil)
 	other := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "page %s", r.URL.Path) })
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, nil, nil, other, slog.New(slog.DiscardHandler)))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", map[string]archBoot{"": {script, kernel, initramfs}}, nil, nil, other, slog.New(slog.DiscardHandler)))
 	defer srv.Close()
 	tests := []struct{ path, want string }{
 		{"/", "page /"},
@@ -156,7 +156,7 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 		defer mu.Unlock()
 		sent = append(sent, mac)
 	}
-	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", script, kernel, initramfs, local, sentTo, nil, slog.New(slog.NewTextHandler(&log, nil))))
+	srv := httptest.NewServer(httpHandler("http://198.18.0.1:9701", map[string]archBoot{"": {script, kernel, initramfs}}, local, sentTo, nil, slog.New(slog.NewTextHandler(&log, nil))))
 	defer srv.Close()
 	tests := []struct {
 		path string
@@ -196,5 +196,53 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 	}
 	if got := LocalScript("a ${x}\nshell && reboot"); strings.Contains(got, "${x}") || strings.Contains(got, "&& reboot") || strings.Count(got, "\n") != 4 {
 		t.Errorf("LocalScript lets the reason expand or add lines: %q", got)
+	}
+}
+
+// ARM64 PCs get their own script, kernel and initramfs, under /arm64, with
+// their console; the MAC round trip keeps the architecture. An
+// architecture the server has nothing for is not found.
+func TestHTTPServesARM64(t *testing.T) {
+	dir := t.TempDir()
+	kernel := writeFile(t, dir, "vmlinuz-amd64", 1000)
+	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 1001)
+	kernelARM := writeFile(t, dir, "vmlinuz-arm64", 2000)
+	initramfsARM := writeFile(t, dir, "initramfs-arm64.cpio.gz", 2001)
+	const base = "http://198.18.0.1:9701"
+	boots := map[string]archBoot{
+		"":      {Script(base, []string{"console=ttyS0"}), kernel, initramfs},
+		"arm64": {Script(base+"/arm64", []string{"console=ttyAMA0"}), kernelARM, initramfsARM},
+	}
+	local := func(mac string) string { return "" }
+	srv := httptest.NewServer(httpHandler(base, boots, local, nil, nil, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if _, got := get("/boot.ipxe?arch=arm64"); got != "#!ipxe\nchain "+base+"/boot.ipxe?arch=arm64&mac=${netX/mac:hexhyp}\n" {
+		t.Errorf("ARM64 PC asked for its MAC with %q", got)
+	}
+	_, script := get("/boot.ipxe?arch=arm64&mac=52-54-00-12-34-01")
+	for _, want := range []string{"kernel " + base + "/arm64/vmlinuz ", "console=ttyAMA0", "initrd " + base + "/arm64/initramfs\n"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("ARM64 script lacks %q:\n%s", want, script)
+		}
+	}
+	if _, x86 := get("/boot.ipxe?mac=52-54-00-12-34-02"); !strings.Contains(x86, base+"/vmlinuz ") || strings.Contains(x86, "arm64") {
+		t.Errorf("x86-64 script:\n%s", x86)
+	}
+	for path, size := range map[string]int{"/arm64/vmlinuz": 2000, "/arm64/initramfs": 2001, "/vmlinuz": 1000, "/initramfs": 1001} {
+		if code, body := get(path); code != 200 || len(body) != size {
+			t.Errorf("GET %s: %d, %d bytes; want 200 and %d", path, code, len(body), size)
+		}
+	}
+	if code, _ := get("/boot.ipxe?arch=riscv64"); code != 404 {
+		t.Errorf("an architecture with no boot files: status %d, want 404", code)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,9 +24,23 @@ const (
 	// DefaultHTTPPort is next to dolly-server's control port 9700.
 	DefaultHTTPPort = 9701
 
-	biosName = "undionly.kpxe" // TFTP names clients are given
-	efiName  = "ipxe.efi"
+	// DefaultARM64File is where iPXE built for ARM64 UEFI would be
+	// installed next to Debian's (which ships none: build it with iPXE's
+	// "make bin-arm64-efi/ipxe.efi", or take a distribution's).
+	DefaultARM64File = "/usr/lib/ipxe/ipxe-arm64.efi"
+
+	biosName  = "undionly.kpxe" // TFTP names clients are given
+	efiName   = "ipxe.efi"
+	arm64Name = "ipxe-arm64.efi"
+	// arm64Arch is what iPXE's ${buildarch} says on ARM64, and the name
+	// of the HTTP directory its kernel and initramfs are served from.
+	arm64Arch = "arm64"
 )
+
+// DefaultARM64Console is the console part of an ARM64 PC's kernel command
+// line: the first PL011 serial port (the usual one on ARM64 boards and in
+// qemu's virt machine) and the screen.
+var DefaultARM64Console = []string{"console=ttyAMA0,115200", "console=tty0"}
 
 // DefaultConsole is the console part of the kernel command line: kernel
 // messages go to the first serial port and the screen, and the last one,
@@ -56,6 +71,9 @@ type Config struct {
 	Kernel     string // the Linux kernel nodes boot (required; see DefaultKernel)
 	// Initramfs is the initramfs with the dolly node (required).
 	Initramfs string
+	// ARM64, if set, netboots ARM64 UEFI PCs (DHCP architecture 11) too;
+	// unset, they get no reply, and the log says why.
+	ARM64 *ARM64Boot
 
 	// ControlAddr is dolly-server's control address, host:port, passed
 	// to nodes as dolly.server=. An empty or unspecified host stands for
@@ -94,6 +112,25 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ARM64Boot is what ARM64 UEFI PCs boot: iPXE built for them, then a
+// kernel and an initramfs for ARM64 (the x86-64 ones would not run). Under
+// SecureBoot they still get iPXE, which a Secure Boot firmware refuses.
+type ARM64Boot struct {
+	IPXE      string // default DefaultARM64File
+	Kernel    string // required
+	Initramfs string // required: the dolly node built for ARM64
+	// Console is the console part of their kernel command line; nil
+	// means Config.Console if that is set, else DefaultARM64Console.
+	Console []string
+}
+
+// kernelArgs is the nodes' kernel command line: where the server is, the
+// console, then what the admin added.
+func kernelArgs(control string, console, extra []string) []string {
+	args := append([]string{"dolly.server=" + control}, console...)
+	return append(args, extra...)
+}
+
 // Server runs the netboot services. New checks the configuration and
 // opens every socket, so that mistakes show before a cast starts.
 type Server struct {
@@ -102,6 +139,8 @@ type Server struct {
 	iface     string
 	resp      *responder
 	scriptURL string
+
+	archTold sync.Map // MACs told that their architecture is not served
 
 	dhcpConn, pxeConn, tftpConn *net.UDPConn
 	httpLn                      net.Listener
@@ -137,6 +176,18 @@ func New(cfg Config) (*Server, error) {
 	if c.LeaseTime <= 0 {
 		c.LeaseTime = DefaultLeaseTime
 	}
+	if c.ARM64 != nil {
+		a := *c.ARM64
+		a.IPXE = cmp.Or(a.IPXE, DefaultARM64File)
+		switch {
+		case a.Console != nil:
+		case c.Console != nil: // the admin's choice, for every PC
+			a.Console = c.Console
+		default:
+			a.Console = DefaultARM64Console
+		}
+		c.ARM64 = &a
+	}
 	if c.Console == nil {
 		c.Console = DefaultConsole
 	}
@@ -162,6 +213,12 @@ func New(cfg Config) (*Server, error) {
 		efiFile:   efiName,
 		scriptURL: s.scriptURL,
 		answer:    c.Answer,
+		unserved: func(mac string, err error) {
+			// Once per machine: its firmware asks again every few seconds.
+			if _, told := s.archTold.LoadOrStore(mac, true); !told {
+				s.log.Warn("dhcp: no boot file", "mac", mac, "reason", err)
+			}
+		},
 	}
 	if c.RangeFrom.IsValid() || c.RangeTo.IsValid() {
 		if err := checkRange(c, iface, prefix); err != nil {
@@ -170,11 +227,14 @@ func New(cfg Config) (*Server, error) {
 		s.resp.leases = newLeaseTable(c.RangeFrom, c.RangeTo, c.LeaseTime, prefix.Addr(), c.Router)
 	}
 
-	args := append([]string{"dolly.server=" + control}, c.Console...)
-	args = append(args, c.KernelArgs...)
-	script := Script(base, args)
+	args := kernelArgs(control, c.Console, c.KernelArgs)
+	boots := map[string]archBoot{"": {Script(base, args), c.Kernel, c.Initramfs}}
+	if a := c.ARM64; a != nil {
+		s.resp.arm64File = arm64Name
+		boots[arm64Arch] = archBoot{Script(base+"/"+arm64Arch, kernelArgs(control, a.Console, c.KernelArgs)), a.Kernel, a.Initramfs}
+	}
 	s.http = &http.Server{
-		Handler:           httpHandler(base, script, c.Kernel, c.Initramfs, c.LocalBoot, c.LocalSent, c.Other, s.log),
+		Handler:           httpHandler(base, boots, c.LocalBoot, c.LocalSent, c.Other, s.log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A kernel and an initramfs at a slow firmware's pace take a
@@ -189,6 +249,9 @@ func New(cfg Config) (*Server, error) {
 		files = map[string]string{biosName: c.BIOSFile, shimName: c.ShimFile, grubName: c.GrubFile,
 			kernelName: c.Kernel, initramfsName: c.Initramfs}
 		generated = grubFiles(GrubConfig(prefix.Addr().String(), args), c.LocalBoot, c.LocalSent)
+	}
+	if c.ARM64 != nil {
+		files[arm64Name] = c.ARM64.IPXE
 	}
 	s.tftp = newTFTP(files, generated, s.log)
 

@@ -1,15 +1,18 @@
 package boot
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +49,10 @@ func TestNewChecks(t *testing.T) {
 		}, "outside lo's subnet 127.0.0.0/8"},
 		{"half a range", func(c *Config) { c.RangeTo = netip.MustParseAddr("127.0.0.20") }, "want two IPv4 addresses"},
 		{"bad control address", func(c *Config) { c.ControlAddr = "9700" }, "control address"},
+		{"ARM64 iPXE missing", func(c *Config) {
+			c.ARM64 = &ARM64Boot{IPXE: "/nonexistent/ipxe-arm64.efi", Kernel: c.Kernel, Initramfs: c.Initramfs}
+		}, "iPXE for ARM64 UEFI /nonexistent/ipxe-arm64.efi"},
+		{"ARM64 without a kernel", func(c *Config) { c.ARM64 = &ARM64Boot{IPXE: c.EFIFile, Initramfs: c.Initramfs} }, "pass -kernel-arm64 PATH"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +165,23 @@ func TestServe(t *testing.T) {
 	}
 	cfg := testFiles(t)
 	cfg.KernelArgs = []string{"dolly.key=k1"}
+	var log syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	s, client, cfg := serveLoopback(t, cfg)
+
+	// An ARM64 PC, with no ARM64 boot set up, gets no answer, and the
+	// admin is told once (its firmware asks again and again). The BIOS
+	// PC's answer after it shows both were handled.
+	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: cfg.DHCPPort}
+	for range 2 {
+		if _, err := client.WriteToUDP(clientPacket(msgRequest, 9, pxe(archEFIARM64), withCIAddr("127.0.0.101")).Marshal(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exchange(t, client, cfg.DHCPPort, clientPacket(msgRequest, 1, pxe(archBIOS), withCIAddr("127.0.0.100")))
+	if n := strings.Count(log.String(), "level=WARN msg=\"dhcp: no boot file\""); n != 1 || !strings.Contains(log.String(), "-kernel-arm64") {
+		t.Errorf("%d warnings for an ARM64 PC that asked twice, want 1 naming -kernel-arm64:\n%s", n, log.String())
+	}
 
 	// A busy port is reported as such.
 	cfg2 := cfg
@@ -211,6 +234,79 @@ func TestServe(t *testing.T) {
 	if [32]byte(h.Sum(nil)) != fileSum(t, cfg.BIOSFile) {
 		t.Error("TFTP undionly.kpxe differs from the file")
 	}
+}
+
+// An ARM64 UEFI PC is offered iPXE for ARM64 over TFTP, then the script
+// for ARM64, which boots the ARM64 kernel and initramfs with the ARM64
+// console; an x86-64 PC of the same server is not.
+func TestServeARM64(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind to the loopback device")
+	}
+	cfg := testFiles(t)
+	dir := t.TempDir()
+	cfg.ARM64 = &ARM64Boot{
+		IPXE:      writeFile(t, dir, "ipxe-arm64.efi", 21_000),
+		Kernel:    writeFile(t, dir, "vmlinuz-arm64", 51_000),
+		Initramfs: writeFile(t, dir, "initramfs-arm64.cpio.gz", 41_000),
+	}
+	s, client, cfg := serveLoopback(t, cfg)
+	resp := exchange(t, client, cfg.DHCPPort, clientPacket(msgRequest, 1, pxe(archEFIARM64), withCIAddr("127.0.0.100")))
+	if resp.MessageType() != msgAck || resp.File != arm64Name {
+		t.Errorf("ARM64 DHCP renewal: type %d, file %q; want an ACK with %s", resp.MessageType(), resp.File, arm64Name)
+	}
+	resp = exchange(t, client, cfg.PXEPort, clientPacket(msgRequest, 2, pxe(archEFIARM64), userClassIPXE))
+	if want := s.ScriptURL() + "?arch=arm64"; resp.File != want {
+		t.Errorf("iPXE on ARM64 is told to load %q, want %q", resp.File, want)
+	}
+	base := "http://127.0.0.1:" + strconv.Itoa(cfg.HTTPPort)
+	script := get(t, s.ScriptURL()+"?arch=arm64")
+	for _, want := range []string{"kernel " + base + "/arm64/vmlinuz initrd=initramfs dolly.server=127.0.0.1:9700 console=ttyAMA0,115200 console=tty0\n", "initrd " + base + "/arm64/initramfs\n"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("ARM64 script lacks %q:\n%s", want, script)
+		}
+	}
+	if x86 := get(t, s.ScriptURL()); !strings.Contains(x86, "console=ttyS0,115200") || strings.Contains(x86, "arm64") {
+		t.Errorf("x86-64 script:\n%s", x86)
+	}
+	for path, file := range map[string]string{"/arm64/vmlinuz": cfg.ARM64.Kernel, "/arm64/initramfs": cfg.ARM64.Initramfs} {
+		if got := get(t, base+path); sha256.Sum256([]byte(got)) != fileSum(t, file) {
+			t.Errorf("%s differs from %s", path, file)
+		}
+	}
+	c, err := tftp.NewClient("127.0.0.1:" + strconv.Itoa(cfg.TFTPPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := c.Receive(arm64Name, "octet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := wt.WriteTo(h); err != nil {
+		t.Fatal(err)
+	}
+	if [32]byte(h.Sum(nil)) != fileSum(t, cfg.ARM64.IPXE) {
+		t.Error("TFTP ipxe-arm64.efi differs from the file")
+	}
+}
+
+// syncBuffer is a bytes.Buffer the services may log to while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func get(t *testing.T, url string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,29 +38,35 @@ type bootFlags struct {
 	httpPort   *int
 	after      *string
 	build      *string
+	// ARM64 UEFI PCs, when both the kernel and the initramfs are given
+	ipxeARM64, kernelARM64, initramfsARM64 *string
 }
 
 // flags that only mean something with -boot
-var bootOnly = []string{"interface", "dhcp-range", "router", "kernel", "initramfs", "kernel-args", "ipxe-bios", "ipxe-efi", "secure-boot", "shim", "grub", "http-port"}
+var bootOnly = []string{"interface", "dhcp-range", "router", "kernel", "initramfs", "kernel-args", "ipxe-bios", "ipxe-efi", "secure-boot", "shim", "grub", "http-port",
+	"ipxe-arm64", "kernel-arm64", "initramfs-arm64"}
 
 func addBootFlags(fs *pflag.FlagSet) *bootFlags {
 	return &bootFlags{
-		fs:         fs,
-		enabled:    fs.Bool("boot", false, "netboot the nodes: proxyDHCP (or DHCP with -dhcp-range), TFTP and HTTP"),
-		iface:      fs.String("interface", "", "network interface to netboot on (default: the only one with IPv4)"),
-		dhcpRange:  fs.String("dhcp-range", "", "lease addresses FROM-TO as a full DHCP server, for a switch without one"),
-		router:     fs.String("router", "", "default gateway handed out with -dhcp-range (default: none)"),
-		kernel:     fs.String("kernel", "", "kernel the nodes boot (default: the newest /boot/vmlinuz-*)"),
-		initramfs:  fs.String("initramfs", "", "initramfs the nodes boot (default: initramfs.cpio.gz next to dolly-server)"),
-		kernelArgs: fs.String("kernel-args", "", "extra kernel command line arguments for the nodes"),
-		ipxeBIOS:   fs.String("ipxe-bios", boot.DefaultBIOSFile, "iPXE for BIOS clients"),
-		ipxeEFI:    fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
-		secureBoot: fs.Bool("secure-boot", false, "boot UEFI PCs through signed Shim and GRUB, which Secure Boot accepts, rather than iPXE; the kernel must be signed (Debian's is)"),
-		shim:       fs.String("shim", boot.DefaultShimFile, "signed Shim for -secure-boot (Debian's shim-signed)"),
-		grub:       fs.String("grub", boot.DefaultGrubFile, "signed GRUB network image for -secure-boot (Debian's grub-efi-amd64-signed)"),
-		httpPort:   fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
-		after:      fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none (a verified PC that netboots again is sent to its own disk)"),
-		build:      fs.String("build-initramfs", "", "write the nodes' initramfs to this file (for -kernel) from dolly-init and gosh next to dolly-server, and exit"),
+		fs:             fs,
+		enabled:        fs.Bool("boot", false, "netboot the nodes: proxyDHCP (or DHCP with -dhcp-range), TFTP and HTTP"),
+		iface:          fs.String("interface", "", "network interface to netboot on (default: the only one with IPv4)"),
+		dhcpRange:      fs.String("dhcp-range", "", "lease addresses FROM-TO as a full DHCP server, for a switch without one"),
+		router:         fs.String("router", "", "default gateway handed out with -dhcp-range (default: none)"),
+		kernel:         fs.String("kernel", "", "kernel the nodes boot (default: the newest /boot/vmlinuz-*)"),
+		initramfs:      fs.String("initramfs", "", "initramfs the nodes boot (default: initramfs.cpio.gz next to dolly-server)"),
+		kernelArgs:     fs.String("kernel-args", "", "extra kernel command line arguments for the nodes"),
+		ipxeBIOS:       fs.String("ipxe-bios", boot.DefaultBIOSFile, "iPXE for BIOS clients"),
+		ipxeEFI:        fs.String("ipxe-efi", boot.DefaultEFIFile, "iPXE for UEFI clients"),
+		secureBoot:     fs.Bool("secure-boot", false, "boot UEFI PCs through signed Shim and GRUB, which Secure Boot accepts, rather than iPXE; the kernel must be signed (Debian's is)"),
+		shim:           fs.String("shim", boot.DefaultShimFile, "signed Shim for -secure-boot (Debian's shim-signed)"),
+		grub:           fs.String("grub", boot.DefaultGrubFile, "signed GRUB network image for -secure-boot (Debian's grub-efi-amd64-signed)"),
+		httpPort:       fs.Int("http-port", boot.DefaultHTTPPort, "HTTP port for the iPXE script, kernel and initramfs"),
+		ipxeARM64:      fs.String("ipxe-arm64", boot.DefaultARM64File, "iPXE for ARM64 UEFI clients, used with -kernel-arm64"),
+		kernelARM64:    fs.String("kernel-arm64", "", "kernel ARM64 UEFI PCs boot; with -initramfs-arm64 it turns ARM64 netboot on (default: ARM64 PCs get no answer)"),
+		initramfsARM64: fs.String("initramfs-arm64", "", "initramfs ARM64 PCs boot: the dolly node built for ARM64 (make initramfs-arm64)"),
+		after:          fs.String("after", "none", "what netbooted nodes do after the cast: reboot, poweroff, shell or none (a verified PC that netboots again is sent to its own disk)"),
+		build:          fs.String("build-initramfs", "", "write the nodes' initramfs to this file (for -kernel) from dolly-init and gosh next to dolly-server, and exit"),
 	}
 }
 
@@ -115,6 +122,12 @@ func (b *bootFlags) check() (after string, err error) {
 		}
 	} else if b.fs.Changed("ipxe-efi") {
 		return "", fmt.Errorf("-ipxe-efi is not used with -secure-boot: UEFI PCs get Shim and GRUB (-shim, -grub)")
+	}
+	if (*b.kernelARM64 == "") != (*b.initramfsARM64 == "") {
+		return "", errors.New("-kernel-arm64 and -initramfs-arm64 go together: ARM64 PCs need both")
+	}
+	if b.fs.Changed("ipxe-arm64") && *b.kernelARM64 == "" {
+		return "", errors.New("-ipxe-arm64 needs -kernel-arm64 and -initramfs-arm64")
 	}
 	if *b.dhcpRange != "" {
 		if _, _, err := boot.ParseRange(*b.dhcpRange); err != nil {
@@ -182,6 +195,9 @@ func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.K
 		Answer:      policy.answer,
 		Other:       page,
 		Logger:      logger,
+	}
+	if *b.kernelARM64 != "" {
+		cfg.ARM64 = &boot.ARM64Boot{IPXE: *b.ipxeARM64, Kernel: *b.kernelARM64, Initramfs: *b.initramfsARM64}
 	}
 	if *b.dhcpRange != "" {
 		if cfg.RangeFrom, cfg.RangeTo, err = boot.ParseRange(*b.dhcpRange); err != nil {

@@ -20,6 +20,11 @@ func TestBootFlagsCheck(t *testing.T) {
 		{[]string{"-boot", "-grub", "/x/grub.efi"}, "-grub needs -secure-boot"},
 		{[]string{"-boot", "-secure-boot", "-ipxe-efi", "/x/ipxe.efi"}, "-ipxe-efi is not used with -secure-boot"},
 		{[]string{"-boot", "-after", "dance"}, `-after "dance"`},
+		{[]string{"-boot", "-kernel-arm64", "/x/vmlinuz", "-initramfs-arm64", "/x/initramfs"}, ""},
+		{[]string{"-boot", "-kernel-arm64", "/x/vmlinuz"}, "-kernel-arm64 and -initramfs-arm64 go together"},
+		{[]string{"-boot", "-initramfs-arm64", "/x/initramfs"}, "-kernel-arm64 and -initramfs-arm64 go together"},
+		{[]string{"-boot", "-ipxe-arm64", "/x/ipxe.efi"}, "-ipxe-arm64 needs -kernel-arm64"},
+		{[]string{"-kernel-arm64", "/x/vmlinuz", "-initramfs-arm64", "/x/initramfs"}, "needs -boot"},
 	}
 	for _, tt := range tests {
 		fs := pflag.NewFlagSet("dolly-server", pflag.ContinueOnError)
