@@ -219,19 +219,7 @@ func TestServe(t *testing.T) {
 		t.Error("initramfs differs from the file")
 	}
 
-	c, err := tftp.NewClient("127.0.0.1:" + strconv.Itoa(cfg.TFTPPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, err := c.Receive(biosName, "octet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	if _, err := wt.WriteTo(h); err != nil {
-		t.Fatal(err)
-	}
-	if [32]byte(h.Sum(nil)) != fileSum(t, cfg.BIOSFile) {
+	if tftpSum(t, cfg.TFTPPort, biosName) != fileSum(t, cfg.BIOSFile) {
 		t.Error("TFTP undionly.kpxe differs from the file")
 	}
 }
@@ -274,19 +262,7 @@ func TestServeARM64(t *testing.T) {
 			t.Errorf("%s differs from %s", path, file)
 		}
 	}
-	c, err := tftp.NewClient("127.0.0.1:" + strconv.Itoa(cfg.TFTPPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, err := c.Receive(arm64Name, "octet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	if _, err := wt.WriteTo(h); err != nil {
-		t.Fatal(err)
-	}
-	if [32]byte(h.Sum(nil)) != fileSum(t, cfg.ARM64.IPXE) {
+	if tftpSum(t, cfg.TFTPPort, arm64Name) != fileSum(t, cfg.ARM64.IPXE) {
 		t.Error("TFTP ipxe-arm64.efi differs from the file")
 	}
 }
@@ -321,6 +297,25 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
 	}
 	return string(b)
+}
+
+// tftpSum fetches name over TFTP from the server at port and returns its
+// sha256.
+func tftpSum(t *testing.T, port int, name string) [32]byte {
+	t.Helper()
+	c, err := tftp.NewClient("127.0.0.1:" + strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := c.Receive(name, "octet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := wt.WriteTo(h); err != nil {
+		t.Fatal(err)
+	}
+	return [32]byte(h.Sum(nil))
 }
 
 func fileSum(t *testing.T, path string) [32]byte {

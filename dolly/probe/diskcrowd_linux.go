@@ -41,25 +41,18 @@ const diskCrowdRegion, diskCrowdLag = 16 << 20, 16 << 20
 // StartDiskCrowd reads the region of the target at path that it will
 // rewrite, and opens it for writing. A block device that is mounted or
 // held by another program is refused.
-func StartDiskCrowd(path string, buffered bool) (*DiskCrowd, error) {
-	st, err := os.Stat(path)
+func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
+	t, err := openTarget(path, buffered)
 	if err != nil {
 		return nil, err
 	}
-	block := st.Mode()&os.ModeDevice != 0
-	flags := os.O_RDONLY
-	if block {
-		flags |= unix.O_EXCL // refused while mounted or held by another program
-	}
-	in, _, err := openDirect(path, flags)
-	if err != nil {
-		if block && errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("%s is in use (mounted?): not measured", path)
+	defer t.in.Close()
+	defer func() {
+		if err != nil {
+			t.out.Close()
 		}
-		return nil, err
-	}
-	defer in.Close()
-	size, err := in.Seek(0, io.SeekEnd)
+	}()
+	size, err := t.in.Seek(0, io.SeekEnd)
 	if err != nil {
 		return nil, err
 	}
@@ -67,28 +60,18 @@ func StartDiskCrowd(path string, buffered bool) (*DiskCrowd, error) {
 	if region < probeBlock {
 		return nil, fmt.Errorf("%s is too small to measure", path)
 	}
-	c := &DiskCrowd{buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2}
+	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2}
 	for b := int64(0); b < region; b += probeBlock {
-		if _, err := in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
+		if _, err := t.in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
 	}
-	if block && !buffered {
-		c.out, c.direct, err = openDirect(path, os.O_WRONLY)
-	} else {
-		c.out, err = os.OpenFile(path, os.O_WRONLY, 0)
-	}
-	if err != nil {
-		return nil, err
-	}
 	// What is still dirty of the target is flushed before the count.
 	if err := c.out.Sync(); err != nil {
-		c.out.Close()
 		return nil, err
 	}
 	if !c.direct {
 		if err := unix.SyncFileRange(int(c.out.Fd()), c.start, 1, unix.SYNC_FILE_RANGE_WRITE); err != nil {
-			c.out.Close()
 			return nil, fmt.Errorf("%s: this file system cannot write behind: not measured", path)
 		}
 		unix.Fadvise(int(c.out.Fd()), c.start, region, unix.FADV_DONTNEED)

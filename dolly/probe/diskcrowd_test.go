@@ -65,17 +65,7 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 
 // A mounted block device is in use: the disk crowd leaves it alone.
 func TestDiskCrowdLeavesAMountedDeviceAlone(t *testing.T) {
-	testenv.RequireProgram(t, "mkfs.ext4", "e2fsprogs")
-	file := filepath.Join(t.TempDir(), "disk")
-	if err := testimage.Fill(file, 0, 32<<20); err != nil {
-		t.Fatal(err)
-	}
-	dev := testenv.LoopDevice(t, file)
-	testenv.Run(t, "mkfs.ext4", "-q", dev)
-	mnt := t.TempDir()
-	testenv.Run(t, "mount", dev, mnt)
-	t.Cleanup(func() { testenv.Run(t, "umount", mnt) })
-	c, err := StartDiskCrowd(dev, false)
+	c, err := StartDiskCrowd(mountedDevice(t), false)
 	if err == nil {
 		c.Close()
 		t.Fatal("a disk crowd started on a mounted device")

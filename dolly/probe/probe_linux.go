@@ -26,37 +26,15 @@ import (
 // block device that is mounted or held by another program is left alone. A
 // missing file is measured by writing a temporary file next to it.
 func probeTargetWrite(ctx context.Context, path string, budget time.Duration, buffered bool) (diskProbe, error) {
-	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return probeTempWrite(ctx, filepath.Dir(path), budget)
 	}
+	t, err := openTarget(path, buffered)
 	if err != nil {
 		return diskProbe{}, err
 	}
-	block := st.Mode()&os.ModeDevice != 0
-	flags := os.O_RDONLY
-	if block {
-		flags |= unix.O_EXCL // refused while mounted or held by another program
-	}
-	in, direct, err := openDirect(path, flags)
-	if err != nil {
-		if block && errors.Is(err, unix.EBUSY) {
-			return diskProbe{}, fmt.Errorf("%s is in use (mounted?): not measured", path)
-		}
-		return diskProbe{}, err
-	}
-	defer in.Close()
-	var out *os.File
-	outDirect := false
-	if block && !buffered {
-		out, outDirect, err = openDirect(path, os.O_WRONLY)
-	} else {
-		out, err = os.OpenFile(path, os.O_WRONLY, 0)
-	}
-	if err != nil {
-		return diskProbe{}, err
-	}
-	defer out.Close()
+	defer t.close()
+	in, out, direct, outDirect := t.in, t.out, t.inDirect, t.outDirect
 	size, err := in.Seek(0, io.SeekEnd)
 	if err != nil {
 		return diskProbe{}, err
@@ -173,6 +151,52 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 		}
 	}
 	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, how: how}, nil
+}
+
+// targetFiles are a target opened to be measured in place: in reads it
+// (with O_DIRECT where the file system allows it), out writes it the way a
+// cast does (O_DIRECT to a block device unless buffered, through the page
+// cache otherwise).
+type targetFiles struct {
+	in, out             *os.File
+	inDirect, outDirect bool
+}
+
+// openTarget opens the target at path to be measured in place. A block
+// device that is mounted or held by another program is refused.
+func openTarget(path string, buffered bool) (targetFiles, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return targetFiles{}, err
+	}
+	block := st.Mode()&os.ModeDevice != 0
+	flags := os.O_RDONLY
+	if block {
+		flags |= unix.O_EXCL // refused while mounted or held by another program
+	}
+	var t targetFiles
+	t.in, t.inDirect, err = openDirect(path, flags)
+	if err != nil {
+		if block && errors.Is(err, unix.EBUSY) {
+			return targetFiles{}, fmt.Errorf("%s is in use (mounted?): not measured", path)
+		}
+		return targetFiles{}, err
+	}
+	if block && !buffered {
+		t.out, t.outDirect, err = openDirect(path, os.O_WRONLY)
+	} else {
+		t.out, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	if err != nil {
+		t.in.Close()
+		return targetFiles{}, err
+	}
+	return t, nil
+}
+
+func (t targetFiles) close() {
+	t.in.Close()
+	t.out.Close()
 }
 
 // maxProbeRegion bounds what the target write probe rewrites; probeChunk

@@ -67,6 +67,17 @@ func TestProbeOfMissingTargetUsesATemporaryFile(t *testing.T) {
 
 // A mounted block device is in use: the probe must leave it alone.
 func TestProbeLeavesAMountedDeviceAlone(t *testing.T) {
+	dev := mountedDevice(t)
+	r := Run(t.Context(), Config{Target: dev, Budget: 10 * time.Millisecond})
+	if r.DiskWriteBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "in use") {
+		t.Fatalf("probe of a mounted device: %v bytes/s, notes %q", r.DiskWriteBytesPerSec, r.Notes)
+	}
+}
+
+// mountedDevice is a loop device holding a file system mounted until the
+// test ends.
+func mountedDevice(t *testing.T) string {
+	t.Helper()
 	testenv.RequireProgram(t, "mkfs.ext4", "e2fsprogs")
 	file := filepath.Join(t.TempDir(), "disk")
 	if err := testimage.Fill(file, 0, 32<<20); err != nil {
@@ -77,10 +88,7 @@ func TestProbeLeavesAMountedDeviceAlone(t *testing.T) {
 	mnt := t.TempDir()
 	testenv.Run(t, "mount", dev, mnt)
 	t.Cleanup(func() { testenv.Run(t, "umount", mnt) })
-	r := Run(t.Context(), Config{Target: dev, Budget: 10 * time.Millisecond})
-	if r.DiskWriteBytesPerSec != 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "in use") {
-		t.Fatalf("probe of a mounted device: %v bytes/s, notes %q", r.DiskWriteBytesPerSec, r.Notes)
-	}
+	return dev
 }
 
 // The machine's ID is the same on every call, and says nothing of the
