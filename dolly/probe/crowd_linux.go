@@ -207,12 +207,11 @@ func (c *Crowd) PushFor(settle, window time.Duration) (int64, time.Duration, err
 }
 
 // Close ends the pipeline whole: nothing of it outlives the measurement.
-func (c *Crowd) Close() error {
+func (c *Crowd) Close() {
 	c.pipe.close()
 	for _, done := range c.pipe.done {
 		<-done
 	}
-	return nil
 }
 
 // writeN writes n bytes of buf, repeated, to c.

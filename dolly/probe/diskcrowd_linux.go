@@ -167,6 +167,6 @@ func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 
 // Close closes the target: what was written is on the disk by then, since
 // PushFor waits for it.
-func (c *DiskCrowd) Close() error {
-	return c.out.Close()
+func (c *DiskCrowd) Close() {
+	c.out.Close()
 }
