@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -358,6 +359,16 @@ func TestCastMeasuresTheNetwork(t *testing.T) {
 			}
 			if strings.Contains(r.out, "probes failed") || strings.Contains(r.out, "link speed unknown") {
 				t.Errorf("a link went unmeasured:\n%s", r.out)
+			}
+			// The ring follows the star at once: a node that missed the
+			// star's end would wait out its order's fallback (the probe's
+			// time and 2 s more) before it sent.
+			var took time.Duration
+			if m := regexp.MustCompile(`links measured in (\S+):`).FindStringSubmatch(r.out); m != nil {
+				took, _ = time.ParseDuration(m[1])
+			}
+			if took <= 0 || took >= 2*time.Second {
+				t.Errorf("the network took %v to measure, want the star's and the ring's 0.4 s and a little:\n%s", took, r.out)
 			}
 			if !r.sum.Plan.Modeled {
 				t.Errorf("the model could not judge the plans with every link measured:\n%s", r.out)

@@ -241,13 +241,18 @@ type Result struct {
 }
 
 // NetProbe tells a node to send a bandwidth probe to another node's data
-// listener: for Seconds, and no more than Bytes.
+// listener: for Seconds, and no more than Bytes. With After, the node sends
+// once the probe After it receives has ended, or AfterSeconds after the
+// order came if that probe never does: an order sent before a probe that
+// fills the links cannot be held up behind it.
 type NetProbe struct {
-	ID      uint64  `json:"id"`
-	To      string  `json:"to"`              // the receiver's data address
-	Token   []byte  `json:"token,omitempty"` // the receiver's probe token (unkeyed casts)
-	Seconds float64 `json:"seconds"`
-	Bytes   int64   `json:"bytes"`
+	ID           uint64  `json:"id"`
+	To           string  `json:"to"`              // the receiver's data address
+	Token        []byte  `json:"token,omitempty"` // the receiver's probe token (unkeyed casts)
+	Seconds      float64 `json:"seconds"`
+	Bytes        int64   `json:"bytes"`
+	After        uint64  `json:"after,omitempty"`
+	AfterSeconds float64 `json:"after_seconds,omitempty"`
 }
 
 // CrowdProbe measures what the nodes of one machine cost each other, in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"dolly/dolly/control"
@@ -25,6 +26,16 @@ const (
 // sendProbe sends probe p and tells the server if it could not.
 func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
 	d := min(time.Duration(p.Seconds*float64(time.Second)), maxProbeTime)
+	if p.After != 0 {
+		wait := time.NewTimer(min(time.Duration(p.AfterSeconds*float64(time.Second)), probeReceiveLimit))
+		defer wait.Stop()
+		select {
+		case <-n.probed.done(p.After):
+		case <-wait.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 	err := func() error {
 		c, err := dial.Data(ctx, p.To, time.Now().Add(d+time.Second))
 		if err != nil {
@@ -48,6 +59,7 @@ func (n *node) receiveProbe(c net.Conn, id uint64) {
 	defer c.Close()
 	cpu := probe.ProcessCPU()
 	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
+	n.probed.end(id)
 	res := control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate, CPU: (probe.ProcessCPU() - cpu).Seconds()}
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
@@ -110,3 +122,42 @@ type crowdPath interface {
 
 // maxCrowdTime bounds each part of a crowd probe, whatever the order.
 const maxCrowdTime = time.Second
+
+// probesReceived tells when the bandwidth probes sent to this node have
+// ended, so that a probe ordered to follow one (NetProbe.After) starts the
+// moment it has. The zero value is ready to use.
+type probesReceived struct {
+	mu    sync.Mutex
+	ended map[uint64]chan struct{}
+}
+
+// done returns a channel closed once probe id has ended here.
+func (p *probesReceived) done(id uint64) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.get(id)
+}
+
+// end marks probe id ended.
+func (p *probesReceived) end(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.get(id)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (p *probesReceived) get(id uint64) chan struct{} {
+	if p.ended == nil {
+		p.ended = map[uint64]chan struct{}{}
+	}
+	ch, ok := p.ended[id]
+	if !ok {
+		ch = make(chan struct{})
+		p.ended[id] = ch
+	}
+	return ch
+}

@@ -120,6 +120,7 @@ type node struct {
 	// an unkeyed one.
 	frameKey *stream.FrameKey
 	target   string
+	probed   probesReceived // the bandwidth probes this node received
 	relay    *relay.Relay
 	history  []byte // memory for the relay's history, mapped (relay.NewHistory)
 	encoding string // how the stream travels, from the assignment

@@ -37,8 +37,12 @@ type Config struct {
 	// LocalIP is this machine's address facing the cast, to find its NIC;
 	// nil takes the interface of the default route.
 	LocalIP net.IP
-	// Budget bounds each measurement; default 250 ms.
+	// Budget bounds each measurement of the CPU; default 250 ms.
 	Budget time.Duration
+	// DiskBudget bounds each disk measurement; default four times Budget.
+	// A disk's rate past its write cache takes longer to see than a CPU
+	// figure does.
+	DiskBudget time.Duration
 	// Compress also measures compression rates (the source compresses raw
 	// images on the fly when the plan says so).
 	Compress bool
@@ -77,6 +81,9 @@ func Run(ctx context.Context, cfg Config) Report {
 	if cfg.Budget <= 0 {
 		cfg.Budget = 250 * time.Millisecond
 	}
+	if cfg.DiskBudget <= 0 {
+		cfg.DiskBudget = 4 * cfg.Budget
+	}
 	var r Report
 	r.Hostname = cfg.Name
 	if r.Hostname == "" {
@@ -92,7 +99,7 @@ func Run(ctx context.Context, cfg Config) Report {
 		r.NIC, r.NICBytesPerSec = nic, speed
 	}
 	if cfg.Target != "" {
-		d, err := probeTargetWrite(ctx, cfg.Target, cfg.Budget*4, cfg.Buffered)
+		d, err := probeTargetWrite(ctx, cfg.Target, cfg.DiskBudget, cfg.Buffered)
 		if err != nil {
 			note("target write rate: %v", err)
 		} else {
@@ -101,7 +108,7 @@ func Run(ctx context.Context, cfg Config) Report {
 		}
 	}
 	if cfg.Image != "" {
-		rate, err := probeRead(ctx, cfg.Image, cfg.Budget*4)
+		rate, err := probeRead(ctx, cfg.Image, cfg.DiskBudget)
 		if err != nil {
 			note("image read rate: %v", err)
 		} else {
