@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -37,25 +38,31 @@ func TestETA(t *testing.T) {
 // TestChainFillCost: a chain of n nodes costs more than one node by what
 // its n−1 lower hops hold. Store-and-forward nodes (the paper's model)
 // hold a frame each (segmentation, paper 002 section 2.1); dolly's relays
-// cut through and hold a splice's queue while a link sets the rate,
-// nothing while their CPU does.
+// cut through and hold a round's queue while a link or their own CPU sets
+// the rate, nothing while the source's CPU does.
 func TestChainFillCost(t *testing.T) {
 	// Relaying is free here, so the rate is the same at any length.
-	dollyCPU := Resources{Model: ModelDolly, Cores: 1, CPU: CPURates{Net: 1e15, Copy: 300 * MB, Digest: 300 * MB}}
+	dollyCPU := Resources{Model: ModelDolly, Cores: 1, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
+	fastSource := Resources{Model: ModelDolly, Cores: 8, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
 	tests := []struct {
-		name string
-		res  Resources
-		link float64
-		hop  float64 // bytes each lower hop adds
+		name   string
+		res    Resources
+		source *Resources // the source's, if not res
+		link   float64
+		hop    float64 // bytes each lower hop adds
 	}{
-		{"paper model", patagonia, gbe, 4 << 20},
-		{"dolly, link-bound", Resources{Model: ModelDolly}, gbe, RelayQueueBytes},
-		{"dolly, CPU-bound", dollyCPU, 10 * gbe, 0},
+		{"paper model", patagonia, nil, gbe, 4 << 20},
+		{"dolly, link-bound", Resources{Model: ModelDolly}, nil, gbe, RelayQueueBytes},
+		{"dolly, bound by the source's CPU", dollyCPU, nil, 10 * gbe, 0},
+		{"dolly, bound by the nodes' CPU", dollyCPU, &fastSource, 10 * gbe, RelayQueueBytes},
 	}
 	for _, tt := range tests {
 		opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
 		eval := func(n int) Result {
 			net := oneSwitch(n, tt.link, tt.res)
+			if tt.source != nil {
+				net.Hosts[0].Resources = *tt.source
+			}
 			r, err := Evaluate(net, Plan{Tree: Chain(n), Hosts: hostNames(net)}, opt)
 			if err != nil {
 				t.Fatal(err)
@@ -65,7 +72,7 @@ func TestChainFillCost(t *testing.T) {
 		one := eval(1)
 		for _, n := range []int{2, 10, 50} {
 			r := eval(n)
-			if r.Rate != one.Rate {
+			if math.Abs(r.Rate-one.Rate) > 1e-9*one.Rate {
 				t.Fatalf("%s: chain of %d at %v, one node at %v: the test wants one rate", tt.name, n, r.Rate, one.Rate)
 			}
 			extra := r.ETA - one.ETA
@@ -74,6 +81,30 @@ func TestChainFillCost(t *testing.T) {
 				t.Errorf("%s: chain of %d: %v more than one node, want %v", tt.name, n, extra, want)
 			}
 		}
+	}
+}
+
+// TestChainFillOnACrowdedMachine: nodes that share a machine whose CPU
+// sets the rate forward a round each in their turn, so each lower hop holds
+// a round, as on a saturated link.
+func TestChainFillOnACrowdedMachine(t *testing.T) {
+	const n = 8
+	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
+	net := oneSwitch(n, 10*gbe, res)
+	for i := range net.Hosts {
+		net.Hosts[i].Machine = "box"
+	}
+	opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
+	r, err := Evaluate(net, Plan{Tree: Chain(n), Hosts: hostNames(net)}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Binding) == 0 || r.Binding[0].Kind != MachineCPULimit {
+		t.Fatalf("bound by %s, the test wants the machine's CPU", r.Bottleneck)
+	}
+	want := ETA(r.Rate, r.Rate, n, RelayQueueBytes, opt)
+	if r.ETA != want {
+		t.Errorf("ETA %v, want %v: the image at %.1f MB/s and a round at each of %d lower hops", r.ETA, want, r.Rate/MB, n-1)
 	}
 }
 
