@@ -120,6 +120,12 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 		c.Send(control.Message{Type: control.MsgAbort, Reason: "the cast was aborted: " + s.scanErr.Error()})
 		return
 	}
+	// Nor before the source has measured itself (see Server.Run).
+	select {
+	case <-s.probed:
+	case <-ctx.Done():
+		return
+	}
 	n, returned, reason := s.register(c, m.Hello)
 	if n == nil {
 		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", reason)

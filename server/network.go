@@ -60,6 +60,15 @@ func (s *Server) logTightest(ctx context.Context, r capacity.Result) {
 	for _, c := range cs[:min(len(cs), 6)] {
 		s.log.Debug("model constraint", "plan", planName(r), "constraint", c.String())
 	}
+	// Each host's CPU per byte of image, which a shared machine sums:
+	// the figure to look at when a crowded machine's prediction swings.
+	cpu := map[string]string{}
+	for _, c := range r.Constraints {
+		if c.Kind == capacity.CPULimit {
+			cpu[c.Subject] = fmt.Sprintf("%.3f ns", c.Coef*1e9)
+		}
+	}
+	s.log.Debug("model CPU per byte", "plan", planName(r), "hosts", cpu)
 }
 
 // model is what the capacity model plans from: the network of the source

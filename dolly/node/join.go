@@ -170,7 +170,7 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 			localIP = a.IP
 		}
 		cfg := probe.Config{Name: n.cfg.Name, LocalIP: localIP, Buffered: n.cfg.Buffered, SkipDecoders: n.welcome.SkipDecoders,
-			Budget: joinProbeBudget, DiskBudget: joinDiskBudget,
+			Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget,
 			RelayHistory: n.history} // the cast's, already mapped
 		if n.welcome.MeasureTarget {
 			cfg.Target = n.target
@@ -185,17 +185,6 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 	}
 	return ready, nil
 }
-
-// joinProbeBudget and joinDiskBudget bound each measurement of the node's
-// probe at join, which the whole cast waits for. Each CPU figure settles
-// within 150 ms about as well as within 250 (over six runs on one
-// machine, the relay's path spread 1.17-1.43 GB/s of a core against
-// 1.12-1.35), and the probe takes 0.7 s rather than 1.15; the disk keeps
-// its second, to be seen past its write cache.
-const (
-	joinProbeBudget = 150 * time.Millisecond
-	joinDiskBudget  = time.Second
-)
 
 // serverMayName checks a target the server named: only a block device.
 // A file is written only when the node's own -target names it, so that
