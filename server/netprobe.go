@@ -134,9 +134,8 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 	}
 	// The ring's orders go out before the star, while the links are quiet:
 	// each node sends to the next as soon as the star's probe to it has
-	// ended. Sent after the star, they would queue behind its last bytes,
-	// or wait out the retransmission timeout of a control connection that
-	// lost a packet to it (in a lab of 24 nodes at 100 Mbit/s the ring
+	// ended. Sent after the star, they queued behind what the source's
+	// link still held of it (in a lab of 24 nodes at 100 Mbit/s the ring
 	// started 0.45 s after the star had ended).
 	ring := len(ready) > 1
 	if ring {

@@ -35,6 +35,7 @@ func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
 		case <-ctx.Done():
 			return
 		}
+		n.probed.forget(p.After)
 	}
 	err := func() error {
 		c, err := dial.Data(ctx, p.To, time.Now().Add(d+time.Second))
@@ -148,6 +149,13 @@ func (p *probesReceived) end(id uint64) {
 	default:
 		close(ch)
 	}
+}
+
+// forget drops what is known of probe id, once no order waits for it.
+func (p *probesReceived) forget(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.ended, id)
 }
 
 func (p *probesReceived) get(id uint64) chan struct{} {
