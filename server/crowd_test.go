@@ -1,6 +1,7 @@
 package server
 
 import (
+	"dolly/dolly/control"
 	"math"
 	"slices"
 	"testing"
@@ -81,6 +82,38 @@ func TestSharedDiskMayBind(t *testing.T) {
 	for _, tt := range tests {
 		if got := sharedDiskMayBind(tt.r); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// What the nodes of a shared disk wrote at once: the rates add up, and the
+// machine's busy time that each timed over its window (about the same for
+// all) counts once, its median, against all their bytes.
+func TestCrowdOnDisk(t *testing.T) {
+	tests := []struct {
+		name     string
+		results  []control.NetResult
+		rate     float64
+		cpuPerMB float64 // seconds of the machine's CPU per 10^6 bytes
+	}{
+		{"three nodes", []control.NetResult{
+			{Bytes: 100e6, Rate: 300e6, CPU: 0.30},
+			{Bytes: 200e6, Rate: 600e6, CPU: 0.90}, // one that counted late
+			{Bytes: 100e6, Rate: 300e6, CPU: 0.28},
+		}, 1200e6, 0.30 / 400},
+		{"nodes that could not time the machine", []control.NetResult{
+			{Bytes: 100e6, Rate: 300e6},
+			{Bytes: 100e6, Rate: 300e6},
+		}, 600e6, 0},
+		{"nothing written", []control.NetResult{{CPU: 0.3}}, 0, 0},
+	}
+	for _, tt := range tests {
+		d := crowdOnDisk(tt.results)
+		if d.rate != tt.rate {
+			t.Errorf("%s: %v B/s in all, want %v", tt.name, d.rate, tt.rate)
+		}
+		if got := d.cpu * 1e6; math.Abs(got-tt.cpuPerMB) > 1e-12 {
+			t.Errorf("%s: %v s of CPU per MB, want %v", tt.name, got, tt.cpuPerMB)
 		}
 	}
 }

@@ -76,9 +76,10 @@ func (s *Server) sharedDisks(ready []*nodeState) map[string][]*nodeState {
 }
 
 // measureDiskCrowds has the nodes of every machine whose disk they share
-// write their targets at once, and returns what each such disk took, in
-// bytes per second, by machine, with notes for the preview.
-func (s *Server) measureDiskCrowds(ctx context.Context, ready []*nodeState) (map[string]float64, []string) {
+// write their targets at once, and returns what each such disk took, and
+// what their writes cost the machine, by machine, with notes for the
+// preview.
+func (s *Server) measureDiskCrowds(ctx context.Context, ready []*nodeState) (map[string]diskCrowd, []string) {
 	shared := s.sharedDisks(ready)
 	if len(shared) == 0 {
 		return nil, nil
@@ -108,23 +109,64 @@ func (s *Server) measureDiskCrowds(ctx context.Context, ready []*nodeState) (map
 		return control.CrowdProbe{ID: ids[n], Disk: true, Go: true,
 			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
 	})
-	disks := map[string]float64{}
+	disks := map[string]diskCrowd{}
 	for m, nodes := range going {
 		if why := wrote.missing(m, nodes); why != "" {
 			notes = append(notes, "disk: "+why)
 			continue
 		}
-		var rate float64
-		for _, r := range wrote.results[m] {
-			rate += r.Rate
-		}
-		if rate <= 0 {
+		d := crowdOnDisk(wrote.results[m])
+		if d.rate <= 0 {
 			notes = append(notes, fmt.Sprintf("the %s on one machine wrote nothing to their disk in %v: the model counts what one measured alone", plural(len(nodes), "node"), diskCrowdWindow))
 			continue
 		}
-		disks[m] = rate
-		notes = append(notes, fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(rate)))
+		disks[m] = d
+		note := fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(d.rate))
+		if alone := loneWriteCost(nodes); d.cpu > alone && alone > 0 {
+			note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
+		}
+		notes = append(notes, note)
 	}
 	slices.Sort(notes)
 	return disks, notes
+}
+
+// diskCrowd is what a shared disk's nodes measured writing at once.
+type diskCrowd struct {
+	rate float64 // bytes per second that reached the disk, from all of them
+	// cpu is the machine's busy time per byte meanwhile (all cores and
+	// kernel threads), in seconds; 0 if unknown.
+	cpu float64
+}
+
+// crowdOnDisk sums what the nodes of one machine wrote in the window. Each
+// timed the whole machine's busy time over its own window, which are all
+// about the same: the median stands for it.
+func crowdOnDisk(results []control.NetResult) diskCrowd {
+	var d diskCrowd
+	var bytes int64
+	var busy []float64
+	for _, r := range results {
+		d.rate += r.Rate
+		bytes += r.Bytes
+		if r.CPU > 0 {
+			busy = append(busy, r.CPU)
+		}
+	}
+	if len(busy) > 0 && bytes > 0 {
+		slices.Sort(busy)
+		d.cpu = busy[len(busy)/2] / float64(bytes)
+	}
+	return d
+}
+
+// loneWriteCost is the CPU time per byte of the writes that the node
+// probing the machine of nodes measured alone; 0 if none did.
+func loneWriteCost(nodes []*nodeState) float64 {
+	for _, n := range nodes {
+		if n.probe != nil && n.probe.DiskWriteCPUBytesPerSec > 0 {
+			return 1 / n.probe.DiskWriteCPUBytesPerSec
+		}
+	}
+	return 0
 }

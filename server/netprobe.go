@@ -40,7 +40,7 @@ type netFigures struct {
 	ringCPU map[string]float64
 	took    time.Duration
 	crowds  map[string]crowd   // by machine key: what a crowded machine's nodes measured at once
-	disks   map[string]float64 // by machine key: what a shared disk took from its nodes writing at once
+	disks   map[string]diskCrowd // by machine key: what a shared disk took from its nodes writing at once
 }
 
 // link is the node's measured link rate: the faster of its two ring

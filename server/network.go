@@ -150,6 +150,11 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			own = measured[n.machine]
 		}
 		p := probeFor(n.name, own)
+		// What a byte written cost the machine with all its nodes writing
+		// (see measureDiskCrowds), where that is more than one writer's.
+		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c {
+			p.DiskWriteCPUBytesPerSec = 1 / c
+		}
 		if !n.loopback() {
 			withMeasuredLink(&p, figs.link(n.name))
 			if c := figs.ringCPU[n.name]; c > 0 {
@@ -230,14 +235,14 @@ func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]cro
 
 // markDiskCrowds gives the machines whose nodes wrote their shared disk
 // all at once (hosts[i] runs on machineOf[i]) the rate it took.
-func markDiskCrowds(net *capacity.Network, machineOf []string, disks map[string]float64) {
+func markDiskCrowds(net *capacity.Network, machineOf []string, disks map[string]diskCrowd) {
 	for i, h := range net.Hosts {
-		rate, ok := disks[machineOf[i]]
+		d, ok := disks[machineOf[i]]
 		if !ok || h.Machine == "" || !net.Machines[h.Machine].SharedDisk {
 			continue
 		}
 		mc := net.Machines[h.Machine]
-		mc.DiskBytesPerSec = rate
+		mc.DiskBytesPerSec = d.rate
 		net.Machines[h.Machine] = mc
 	}
 }

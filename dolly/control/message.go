@@ -282,7 +282,9 @@ type NetResult struct {
 	// CPU is the CPU time, in seconds, the receiving node's process used
 	// while it counted a bandwidth probe: in a ring, where it sends its
 	// own at the same time, what a stream in and out at the link's pace
-	// costs it.
+	// costs it. For a disk crowd it is the whole machine's busy time over
+	// the window, all cores and kernel threads: what the writes of every
+	// node on it cost.
 	CPU   float64 `json:"cpu,omitempty"`
 	Error string  `json:"error,omitempty"`
 }

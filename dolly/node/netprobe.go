@@ -111,6 +111,9 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 		return
 	}
 	res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
+	if w, ok := c.(interface{ WindowCPU() time.Duration }); ok {
+		res.CPU = w.WindowCPU().Seconds()
+	}
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 

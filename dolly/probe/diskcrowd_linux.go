@@ -31,6 +31,8 @@ type DiskCrowd struct {
 	buf    []byte
 	start  int64
 	onDisk atomic.Int64
+	// windowCPU is the machine's busy time over PushFor's window.
+	windowCPU time.Duration
 }
 
 // diskCrowdRegion is what a disk crowd rewrites, per node, and holds in
@@ -96,18 +98,28 @@ func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration,
 		return 0, 0, err
 	case <-time.After(settle):
 	}
-	d0, t0 := c.onDisk.Load(), time.Now()
+	d0, t0, m0 := c.onDisk.Load(), time.Now(), MachineCPU()
 	select {
 	case err := <-wrote:
 		return 0, 0, err
 	case <-time.After(window):
 	}
-	d1, took := c.onDisk.Load(), time.Since(t0)
+	d1, took, m1 := c.onDisk.Load(), time.Since(t0), MachineCPU()
+	if m0 > 0 && m1 > m0 {
+		c.windowCPU = m1 - m0
+	}
 	if err := halt(); err != nil {
 		return 0, 0, err
 	}
 	return d1 - d0, took, nil
 }
+
+// WindowCPU is the whole machine's busy time over PushFor's window, all
+// cores and kernel threads (writeback, a loop device's worker): with every
+// node of the machine writing, what their writes cost it; 0 if unknown.
+// One writer's probe times its own writes on an idle machine, and 24
+// writers to files on one disk cost it twice as much per byte.
+func (c *DiskCrowd) WindowCPU() time.Duration { return c.windowCPU }
 
 // write rewrites the region, block by block and round and round, until
 // told to stop. Through the page cache each block is handed to the disk as

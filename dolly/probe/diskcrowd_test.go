@@ -51,6 +51,10 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 			if n <= 0 || took < window {
 				t.Fatalf("counted %d bytes on the disk in %v, want some in at least %v", n, took, window)
 			}
+			// The machine was busy writing: its time over the window shows.
+			if cpu := c.WindowCPU(); cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
+				t.Errorf("the machine's busy time over the window: %v, want some, at most every core's for %v", cpu, took)
+			}
 			if got, _ := testimage.SHA256(target, -1); got != want {
 				t.Fatalf("the disk crowd changed the target: sha256 %.16s, was %.16s", got, want)
 			}

@@ -45,3 +45,6 @@ func (*DiskCrowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, e
 }
 
 func (*DiskCrowd) Close() {}
+
+// WindowCPU is unknown here.
+func (*DiskCrowd) WindowCPU() time.Duration { return 0 }
