@@ -23,7 +23,14 @@ func newBufPipe(slots int) *bufPipe {
 }
 
 // Write copies p into the pipe; it waits only while every slot is full.
+// Once the reader has stopped, every write fails: a select would take a
+// free slot as often as the reader's end.
 func (p *bufPipe) Write(b []byte) (int, error) {
+	select {
+	case <-p.done:
+		return 0, p.rerr
+	default:
+	}
 	c := append([]byte(nil), b...)
 	select {
 	case p.blocks <- c:

@@ -41,13 +41,14 @@ func TestBufPipe(t *testing.T) {
 
 	stopped := errors.New("encoder closed")
 	p = newBufPipe(1)
+	p.Write([]byte("x"))
 	p.CloseReader(stopped)
-	for range 3 { // more writes than slots: none may block
-		if _, err := p.Write([]byte("x")); !errors.Is(err, stopped) && err != nil {
-			t.Fatalf("write after the reader stopped: %v", err)
+	for i := range 3 { // with the slot full or free, none may block or pass
+		if _, err := p.Write([]byte("x")); !errors.Is(err, stopped) {
+			t.Fatalf("write %d after the reader stopped: %v, want %v", i+1, err, stopped)
 		}
-	}
-	if _, err := p.Write([]byte("x")); !errors.Is(err, stopped) {
-		t.Fatalf("write with the pipe full and the reader gone: %v, want %v", err, stopped)
+		if i == 0 {
+			<-p.blocks // the slot is free again
+		}
 	}
 }
