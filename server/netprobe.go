@@ -39,7 +39,7 @@ type netFigures struct {
 	// costs it.
 	ringCPU map[string]float64
 	took    time.Duration
-	crowds  map[string]crowd   // by machine key: what a crowded machine's nodes measured at once
+	crowds  map[string]crowd     // by machine key: what a crowded machine's nodes measured at once
 	disks   map[string]diskCrowd // by machine key: what a shared disk took from its nodes writing at once
 }
 
