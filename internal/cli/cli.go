@@ -17,11 +17,13 @@ import (
 
 // LongDash rewrites Go-style single-dash long flags ("-image x", "-tree=2")
 // as pflag's double-dash form, so an admin can type either. Arguments that
-// are not a known long flag (shorthands like -y, values, negative numbers)
+// are not a known long flag (shorthands like -y, values, negative numbers),
+// the value that follows a flag which takes one (a key may begin with "-"),
 // and everything after "--" are left alone.
 func LongDash(fs *pflag.FlagSet, args []string) []string {
 	out := make([]string, 0, len(args))
-	for i, a := range args {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
@@ -34,8 +36,27 @@ func LongDash(fs *pflag.FlagSet, args []string) []string {
 			}
 		}
 		out = append(out, a)
+		if takesNext(fs, a) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
 	}
 	return out
+}
+
+// takesNext reports whether a is a flag whose value is the next argument:
+// a known long flag or shorthand, not boolean-like, written without "=".
+func takesNext(fs *pflag.FlagSet, a string) bool {
+	var f *pflag.Flag
+	switch {
+	case strings.Contains(a, "="):
+		return false
+	case strings.HasPrefix(a, "--") && len(a) > 2:
+		f = fs.Lookup(a[2:])
+	case len(a) == 2 && a[0] == '-':
+		f = fs.ShorthandLookup(a[1:])
+	}
+	return f != nil && f.NoOptDefVal == ""
 }
 
 func isWord(s string) bool {

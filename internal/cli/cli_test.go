@@ -23,6 +23,11 @@ func TestLongDash(t *testing.T) {
 		{[]string{"-image", "-chain-ish.img"}, []string{"--image", "-chain-ish.img"}},
 		{[]string{"-bogus", "--", "-image"}, []string{"--bogus", "--", "-image"}}, // so the error names -bogus whole
 		{[]string{"-yy", "-5"}, []string{"-yy", "-5"}},
+		// A value that begins with "-" stays as typed, even one that looks like a flag.
+		{[]string{"-image", "-Hwp0Rhc", "-chain"}, []string{"--image", "-Hwp0Rhc", "--chain"}},
+		{[]string{"--max-rate", "-chain", "-y"}, []string{"--max-rate", "-chain", "-y"}},
+		{[]string{"-chain", "-tree"}, []string{"--chain", "--tree"}},
+		{[]string{"-image=-x", "-chain"}, []string{"--image=-x", "--chain"}},
 	}
 	for _, tt := range tests {
 		if got := LongDash(fs, tt.in); !slices.Equal(got, tt.want) {
