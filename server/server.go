@@ -412,7 +412,14 @@ func (s *Server) scan(ctx context.Context) {
 // whole on the way (probe.Image), which can take a while: say so.
 func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
 	if !s.img.Encoding.Compressed() {
-		return probe.Image(ctx, s.img, nil)
+		p, err := probe.Image(ctx, s.img, nil)
+		if err != nil || s.cfg.Compress == CompressNo {
+			return p, err
+		}
+		alone := p.EncodeRate
+		err = probe.TimeCompression(ctx, s.img, &p, p.Codec, s.cfg.FrameSize)
+		s.log.Debug("compression timed", "encoder MB/s", mbps(alone), "whole path MB/s", mbps(p.EncodeRate))
+		return p, err
 	}
 	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)
 	start := time.Now()

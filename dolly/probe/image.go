@@ -41,10 +41,20 @@ type Profile struct {
 	// machine compresses per second, as the source would on the fly, its
 	// zero runs' (small) cost counted with the data's; 0 for a compressed
 	// image. Encoders' speed depends on the data as much as decoders'.
+	// Image times the encoder alone; TimeCompression, the source's whole
+	// compressing path, which is what a cast pays.
 	EncodeRate float64
 	// Pieces are the image stretch by stretch, in order, with the same
 	// figures each; nil when not measured.
 	Pieces []Piece
+
+	samples []sample // what Image read of a raw image, for TimeCompression
+}
+
+// sample is a stretch of a raw image that Image read, and how much of it
+// was zero runs.
+type sample struct {
+	off, len, zero int64
 }
 
 // profileSamples is how many evenly spread pieces of a raw image Profile
@@ -121,6 +131,7 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 			}
 			part.packed = int64(packed.Len() - before)
 			parts, sizes = append(parts, part), append(sizes, n)
+			p.samples = append(p.samples, sample{off: off, len: int64(n), zero: part.zero})
 		}
 		if err := timed(zw.Close); err != nil {
 			failed = err

@@ -99,7 +99,7 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 		e.h.StreamSize = im.Size
 		e.digest = imaging.NewDigester()
 	case im.Encoding == imaging.Raw:
-		e.r, e.total = e.compressOnTheFly(im, send)
+		e.r, e.total = e.compressOnTheFly(im.Stream(), send)
 		e.h.StreamSize = 0 // unknown until the end
 	default:
 		return nil, fmt.Errorf("image %s is %s: it can be sent as stored or raw, not as %s", im.Path, im.Encoding, send)
@@ -107,9 +107,29 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 	return e, nil
 }
 
-// compressOnTheFly starts a goroutine that reads the raw image, digests it
-// and compresses it into a pipe the encoder frames, all on one thread.
-func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io.Reader, int64) {
+// NewCompressingEncoder is the encoder NewEncoder makes of a raw image sent
+// compressed, over the raw bytes r yields instead of an image file: the
+// source's whole compressing path, for the probe that times it on samples.
+func NewCompressingEncoder(r io.Reader, size int64, frameSize int, send imaging.Encoding) (*Encoder, error) {
+	if err := CheckFrameSize(frameSize); err != nil {
+		return nil, err
+	}
+	if !send.Compressed() {
+		return nil, fmt.Errorf("%s is no compression", send)
+	}
+	e := &Encoder{
+		h:    StreamHeader{Version: Version, Encoding: send, FrameSize: uint32(frameSize), ImageSize: size},
+		buf:  make([]byte, frameSize),
+		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
+	}
+	e.r, e.total = e.compressOnTheFly(r, send)
+	return e, nil
+}
+
+// compressOnTheFly starts a goroutine that reads the raw image from raw,
+// digests it and compresses it into a pipe the encoder frames, all on one
+// thread.
+func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Reader, int64) {
 	pipe := newBufPipe(16)
 	e.later = make(chan imaging.Digest, 1)
 	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
@@ -120,7 +140,7 @@ func (e *Encoder) compressOnTheFly(im *imaging.Image, send imaging.Encoding) (io
 		// more CPU a byte, which a machine the nodes share pays.
 		zw, err := imaging.NewEncoder(send, pipe, 1)
 		if err == nil {
-			_, err = io.Copy(zw, io.TeeReader(im.Stream(), d))
+			_, err = io.Copy(zw, io.TeeReader(raw, d))
 			if cerr := zw.Close(); err == nil {
 				err = cerr
 			}

@@ -328,3 +328,53 @@ func TestReceiveRejectsCorruptAndShortStreams(t *testing.T) {
 		})
 	}
 }
+
+// A compressing encoder over any reader sends what NewEncoder sends of a
+// raw image compressed on the fly: it lands the same bytes and digest.
+func TestCompressingEncoderOverAReader(t *testing.T) {
+	imgs := makeImages(t, 3<<20+4096, testimage.Typical)
+	raw, err := os.ReadFile(imgs[imaging.Raw])
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := NewCompressingEncoder(bytes.NewReader(raw), int64(len(raw)), 256<<10, imaging.Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var b bytes.Buffer
+	for {
+		c, err := enc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(c.Header)
+		b.Write(c.Payload)
+	}
+	h := enc.Header()
+	if h.Encoding != imaging.Zstd || h.ImageSize != int64(len(raw)) {
+		t.Fatalf("header %+v", h)
+	}
+	if b.Len() >= len(raw) {
+		t.Fatalf("%d bytes of stream for %d of a compressible image", b.Len(), len(raw))
+	}
+	target, err := receiveInto(t, h, b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := testimage.SHA256(imgs[imaging.Raw], -1)
+	if got, _ := testimage.SHA256(target, h.ImageSize); got != want {
+		t.Fatal("target differs from the reader's bytes")
+	}
+	d := imaging.NewDigester()
+	d.Write(raw)
+	if enc.Digest() != d.Sum() {
+		t.Fatal("digest differs from the reader's bytes")
+	}
+	if _, err := NewCompressingEncoder(bytes.NewReader(raw), 1, 256<<10, imaging.Raw); err == nil {
+		t.Error("a compressing encoder that does not compress was made")
+	}
+}
