@@ -113,29 +113,38 @@ func serveLoopback(t *testing.T, cfg Config) (*Server, *net.UDPConn, Config) {
 	return s, client, cfg
 }
 
-// freePort returns a port that was free on 127.0.0.1 a moment ago.
+// freePort returns a port that was free on 127.0.0.1 a moment ago, and
+// that it has not returned before: the kernel may hand a port it just
+// freed out again, and a server given the same port twice fails.
 func freePort(t *testing.T, network string) int {
 	t.Helper()
-	var addr net.Addr
-	if network == "udp" {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
+	for {
+		var addr net.Addr
+		if network == "udp" {
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr = c.LocalAddr()
+			c.Close()
+		} else {
+			l, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr = l.Addr()
+			l.Close()
 		}
-		addr = c.LocalAddr()
-		c.Close()
-	} else {
-		l, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		_, port, _ := net.SplitHostPort(addr.String())
+		n, _ := strconv.Atoi(port)
+		if _, taken := portsHandedOut.LoadOrStore(network+port, true); !taken {
+			return n
 		}
-		addr = l.Addr()
-		l.Close()
 	}
-	_, port, _ := net.SplitHostPort(addr.String())
-	n, _ := strconv.Atoi(port)
-	return n
 }
+
+// portsHandedOut are the ports freePort has returned in this process.
+var portsHandedOut sync.Map
 
 // exchange sends req from conn to the server at port and returns the reply.
 func exchange(t *testing.T, conn *net.UDPConn, port int, req *Packet) *Packet {

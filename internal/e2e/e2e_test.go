@@ -140,13 +140,24 @@ func (p *proc) maxRSS() int64 { return p.hwm.Load() }
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		// The kernel may hand a port it just freed out again: a test
+		// that asked twice (a cast's port and its status page's) got the
+		// same one, and its server failed to listen.
+		if _, taken := portsHandedOut.LoadOrStore(addr, true); !taken {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+// portsHandedOut are the ports freePort has returned in this process.
+var portsHandedOut sync.Map
 
 // scratch is a directory for large files: tmpfs when it has room, so
 // gigabyte images do not wait on a disk.
