@@ -13,17 +13,23 @@ import (
 	"dolly/internal/testimage"
 )
 
-func TestTimeCompression(t *testing.T) {
-	dir := t.TempDir()
-	rawPath := filepath.Join(dir, "img")
-	if err := testimage.Write(rawPath, 24<<20, 3, testimage.Typical); err != nil {
+// openTestImage writes a raw test image and opens it.
+func openTestImage(t *testing.T, size int64, seed uint64, mix testimage.Mix) (string, *imaging.Image) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "img")
+	if err := testimage.Write(path, size, seed, mix); err != nil {
 		t.Fatal(err)
 	}
-	im, err := imaging.OpenImage(rawPath)
+	im, err := imaging.OpenImage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer im.Close()
+	t.Cleanup(func() { im.Close() })
+	return path, im
+}
+
+func TestTimeCompression(t *testing.T) {
+	rawPath, im := openTestImage(t, 24<<20, 3, testimage.Typical)
 	p, err := Image(t.Context(), im, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,19 +60,11 @@ func TestTimeCompression(t *testing.T) {
 
 // The compressing path is fed the very bytes Image sampled, in order.
 func TestSampleReaderYieldsTheSamples(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "img")
-	if err := testimage.Write(path, 4<<20, 5, testimage.Dense); err != nil {
-		t.Fatal(err)
-	}
+	path, im := openTestImage(t, 4<<20, 5, testimage.Dense)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := imaging.OpenImage(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer im.Close()
 	samples := []sample{{off: 4096, len: 100000, zero: 7}, {off: 1 << 20, len: 3}, {off: 4<<20 - 512, len: 512, zero: 512}}
 	var want []byte
 	for _, s := range samples {

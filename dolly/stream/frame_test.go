@@ -80,12 +80,22 @@ func encodeKeyed(t testing.TB, path string, frameSize int, send imaging.Encoding
 	}
 	t.Cleanup(func() { enc.Close() })
 	enc.SetKey(key)
+	stream := append(enc.Header().MarshalBinary(), frames(t, enc)...)
+	h, err := ParseStreamHeader(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, stream[StreamHeaderLen:], enc
+}
+
+// frames is every frame enc sends, as on the wire.
+func frames(t testing.TB, enc *Encoder) []byte {
+	t.Helper()
 	var b bytes.Buffer
-	b.Write(enc.Header().MarshalBinary())
 	for {
 		c, err := enc.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return b.Bytes()
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -94,11 +104,6 @@ func encodeKeyed(t testing.TB, path string, frameSize int, send imaging.Encoding
 		b.Write(c.Payload)
 		b.Write(c.Tag)
 	}
-	h, err := ParseStreamHeader(b.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h, b.Bytes()[StreamHeaderLen:], enc
 }
 
 func makeImages(t testing.TB, size int64, mix testimage.Mix) map[imaging.Encoding]string {
@@ -342,26 +347,15 @@ func TestCompressingEncoderOverAReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enc.Close()
-	var b bytes.Buffer
-	for {
-		c, err := enc.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(c.Header)
-		b.Write(c.Payload)
-	}
+	stream := frames(t, enc)
 	h := enc.Header()
 	if h.Encoding != imaging.Zstd || h.ImageSize != int64(len(raw)) {
 		t.Fatalf("header %+v", h)
 	}
-	if b.Len() >= len(raw) {
-		t.Fatalf("%d bytes of stream for %d of a compressible image", b.Len(), len(raw))
+	if len(stream) >= len(raw) {
+		t.Fatalf("%d bytes of stream for %d of a compressible image", len(stream), len(raw))
 	}
-	target, err := receiveInto(t, h, b.Bytes())
+	target, err := receiveInto(t, h, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
