@@ -418,7 +418,7 @@ func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
 		}
 		alone := p.EncodeRate
 		err = probe.TimeCompression(ctx, s.img, &p, p.Codec, s.cfg.FrameSize)
-		s.log.Debug("compression timed", "encoder MB/s", mbps(alone), "whole path MB/s", mbps(p.EncodeRate))
+		s.log.Debug("compression timed", "encoder_mbps", mbps(alone), "whole_path_mbps", mbps(p.EncodeRate))
 		return p, err
 	}
 	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)

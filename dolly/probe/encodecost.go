@@ -19,9 +19,9 @@ const compressBudget = 300 * time.Millisecond
 // samples Image read of a raw image, and sets p.EncodeRate from it. The
 // encoder timed alone leaves out what the cast pays around it: the
 // image's reads, the digest, the hand-off of compressed blocks to the
-// framing, the frames' checks and the wake-ups of both goroutines. On a
-// machine whose cores the cast shares, that is a quarter to a half more
-// CPU a byte. So the path runs here as the cast runs it (stream's
+// framing, the frames' checks and the wake-ups of both goroutines: a fifth
+// to a third more CPU a byte on the bench's image, alone, and more in a
+// cast. So the path runs here as the cast runs it (stream's
 // on-the-fly encoder, fed the samples), and the process's CPU time is what
 // it cost. Call it before the process does other work: that would count.
 func TimeCompression(ctx context.Context, im *imaging.Image, p *Profile, codec imaging.Encoding, frameSize int) error {
@@ -29,7 +29,9 @@ func TimeCompression(ctx context.Context, im *imaging.Image, p *Profile, codec i
 		return nil
 	}
 	src := &sampleReader{ctx: ctx, im: im, samples: p.samples, start: ProcessCPU()}
-	e, err := stream.NewCompressingEncoder(src, -1, frameSize, codec)
+	// The size is the image's: the budget may end the samples early, and
+	// the stream is only timed.
+	e, err := stream.NewCompressingEncoder(src, im.Size, frameSize, codec)
 	if err != nil {
 		return err
 	}

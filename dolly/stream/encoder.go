@@ -66,17 +66,7 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 	if im.Encoding.Compressed() && im.Digest.IsZero() {
 		return nil, fmt.Errorf("image %s must be scanned before it is cast", im.Path)
 	}
-	e := &Encoder{
-		h: StreamHeader{
-			Version:   Version,
-			Encoding:  send,
-			FrameSize: uint32(frameSize),
-			Cast:      cast,
-			ImageSize: im.Size,
-		},
-		buf:  make([]byte, frameSize),
-		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
-	}
+	e := newEncoder(cast, im.Size, frameSize, send)
 	switch {
 	case send == im.Encoding && send == imaging.Raw:
 		e.r, e.total, e.zeros = im.Stream(), im.Size, true
@@ -107,9 +97,25 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 	return e, nil
 }
 
+// newEncoder is an encoder of a stream's header, its source not yet set.
+func newEncoder(cast CastID, size int64, frameSize int, send imaging.Encoding) *Encoder {
+	return &Encoder{
+		h: StreamHeader{
+			Version:   Version,
+			Encoding:  send,
+			FrameSize: uint32(frameSize),
+			Cast:      cast,
+			ImageSize: size,
+		},
+		buf:  make([]byte, frameSize),
+		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
+	}
+}
+
 // NewCompressingEncoder is the encoder NewEncoder makes of a raw image sent
 // compressed, over the raw bytes r yields instead of an image file: the
 // source's whole compressing path, for the probe that times it on samples.
+// size is what the header and the end frame state as the image's size.
 func NewCompressingEncoder(r io.Reader, size int64, frameSize int, send imaging.Encoding) (*Encoder, error) {
 	if err := CheckFrameSize(frameSize); err != nil {
 		return nil, err
@@ -117,11 +123,7 @@ func NewCompressingEncoder(r io.Reader, size int64, frameSize int, send imaging.
 	if !send.Compressed() {
 		return nil, fmt.Errorf("%s is no compression", send)
 	}
-	e := &Encoder{
-		h:    StreamHeader{Version: Version, Encoding: send, FrameSize: uint32(frameSize), ImageSize: size},
-		buf:  make([]byte, frameSize),
-		wire: make([]byte, 0, FrameHeaderLen+endPayloadLen),
-	}
+	e := newEncoder(CastID{}, size, frameSize, send)
 	e.r, e.total = e.compressOnTheFly(r, send)
 	return e, nil
 }
