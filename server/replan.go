@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,7 @@ type rates struct {
 	// lagging is that node's rate and from, to its stretch (shares).
 	worst, lagging float64
 	from, to       float64
+	lag            *nodeState // the lagging node
 }
 
 // observe records where every casting node of the tree is and returns
@@ -120,11 +122,45 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 			r.slowest = wr
 		}
 		if first || ratio < r.worst {
-			r.worst, r.lagging, r.from, r.to = ratio, wr, from, to
+			r.worst, r.lagging, r.from, r.to, r.lag = ratio, wr, from, to, n
 		}
 		first = false
 	}
 	return r
+}
+
+// given is what the measured links gave the lagging node over the
+// window, in image bytes a second: what it wrote or, if more, what it
+// received, or its fair share of a full link it sits behind. While a
+// node's buffers fill it receives more than it writes; and TCP shares a
+// full link fairly only in the long run, so over a few seconds one of its
+// streams may get a quarter less than the others, though the link alone
+// holds them all.
+func (r rates) given(limits []fullLink) float64 {
+	n := r.lag
+	if n == nil {
+		return r.lagging
+	}
+	ratio := imagePerStream(n.progress.Written, n.pos)
+	got := max(r.lagging, r.pos[n]*ratio)
+	for _, l := range limits {
+		if slices.Contains(l.members, n) {
+			got = max(got, l.rate/float64(len(l.members))*ratio)
+		}
+	}
+	return got
+}
+
+// imagePerStream is how many image bytes a node has written for each
+// byte of stream it received, so far: near 1 for a raw stream, more for a
+// compressed one or one that skips zero runs. While a node's buffers fill
+// it is a little less than the stream's true ratio, which errs on the side
+// of a link that does not explain a slow cast.
+func imagePerStream(written, pos int64) float64 {
+	if written <= 0 || pos <= 0 {
+		return 0
+	}
+	return float64(written) / float64(pos)
 }
 
 // heldTo is what expect holds a node to over a stretch of the image: its
@@ -259,8 +295,9 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Resu
 	}
 	at := formatDuration(rp.At)
 	// The measured links explain the shortfall if the plan, under them,
-	// expects about what the lagging node did where it was in the image.
-	if cur.RateOver(r.from, r.to) > explainedBy*r.lagging {
+	// expects about what they gave the lagging node where it was in the
+	// image.
+	if cur.RateOver(r.from, r.to) > explainedBy*r.given(limits) {
 		rp.Predicted = r.slowest
 		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s; %s, which does not explain it: the plan stays",
 			at, mbps(r.slowest), mbps(w.predicted), what)
@@ -321,13 +358,13 @@ func (s *Server) diskRates() map[*nodeState]float64 {
 // fullLink is a host's link the cast found full: it sent rate bytes/s of
 // stream in all, and its children wanted more.
 type fullLink struct {
-	name     string
-	rate     float64
-	children int
+	name    string
+	rate    float64
+	members []*nodeState // its children
 }
 
 func (l fullLink) String() string {
-	return fmt.Sprintf("%s sending %s MB/s to %s", l.name, mbps(l.rate), plural(l.children, "node"))
+	return fmt.Sprintf("%s sending %s MB/s to %s", l.name, mbps(l.rate), plural(len(l.members), "node"))
 }
 
 // fullLinks finds the senders whose links held their children back: each
@@ -366,7 +403,11 @@ func fullLinks(t *castTree, r rates, disk map[*nodeState]float64) []fullLink {
 		if measured < len(u.children) || sum/float64(measured) >= replanBelow*own || diskBound > 0 {
 			continue
 		}
-		out = append(out, fullLink{name: u.name(), rate: sum, children: measured})
+		l := fullLink{name: u.name(), rate: sum}
+		for _, c := range u.children {
+			l.members = append(l.members, c.node)
+		}
+		out = append(out, l)
 	}
 	return out
 }

@@ -264,3 +264,48 @@ func TestWatchJudgesANodeInAStretchThatCostsNothing(t *testing.T) {
 		t.Errorf("held to %v after a stalled node, want the prediction kept", s.Rate)
 	}
 }
+
+// TestGivenCountsWhatTheLinksGaveTheLaggingNode: whether the measured
+// links explain a slow cast is judged on what they gave the lagging node,
+// not only on what it wrote: a node filling its buffers receives more, and
+// one of a full link's streams may get less than its fair share for a few
+// seconds, though the link alone holds them all.
+func TestGivenCountsWhatTheLinksGaveTheLaggingNode(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		parent         []int
+		written, pos   map[string]float64 // per second over the window
+		soFar, soFarAt int64              // the lagging n1's written and pos so far
+		want           float64
+	}{
+		{"a chain node that wrote what it received", capacity.Chain(2).Parent,
+			map[string]float64{"n1": 2.4e6, "n2": 2.4e6}, map[string]float64{"n1": 2.4e6, "n2": 2.4e6},
+			24e6, 24e6, 2.4e6},
+		{"a chain node filling its buffers", capacity.Chain(2).Parent,
+			map[string]float64{"n1": 2.4e6, "n2": 3e6}, map[string]float64{"n1": 3e6, "n2": 3e6},
+			24e6, 24e6, 3e6},
+		{"a compressed stream: received bytes count as the image bytes they carry", capacity.Chain(2).Parent,
+			map[string]float64{"n1": 2e6, "n2": 3e6}, map[string]float64{"n1": 1.5e6, "n2": 1.5e6},
+			20e6, 10e6, 3e6},
+		{"the stream of a full link that got less than its share", capacity.Star(4).Parent,
+			map[string]float64{"n1": 2.4e6, "n2": 3.4e6, "n3": 3.4e6, "n4": 3.6e6},
+			map[string]float64{"n1": 2.4e6, "n2": 3.4e6, "n3": 3.4e6, "n4": 3.6e6},
+			24e6, 24e6, 3.2e6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree, byName := testTree(t, tc.parent...)
+			r := rates{written: map[*nodeState]float64{}, pos: map[*nodeState]float64{}, lag: byName["n1"]}
+			for name, v := range tc.written {
+				r.written[byName[name]] = v
+			}
+			for name, v := range tc.pos {
+				r.pos[byName[name]] = v
+			}
+			r.lagging = r.written[r.lag]
+			r.lag.progress.Written, r.lag.pos = tc.soFar, tc.soFarAt
+			if got := r.given(fullLinks(tree, r, nil)); math.Abs(got-tc.want) > 1 {
+				t.Errorf("given %.0f B/s, want %.0f", got, tc.want)
+			}
+		})
+	}
+}
