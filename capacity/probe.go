@@ -27,6 +27,10 @@ type Probe struct {
 	// DecompressBytesPerSec maps a codec ("zstd", "gzip") to its output
 	// rate on one core.
 	DecompressBytesPerSec map[string]float64 `json:"decompress_bytes_per_sec"`
+	// RLEDecodeBytesPerSec is the rate one core fills zstd's RLE blocks at
+	// (zeros as zstd's own tool writes them), output bytes; zero: not
+	// measured. See CPURates.DecompressRLE.
+	RLEDecodeBytesPerSec float64 `json:"rle_decode_bytes_per_sec,omitempty"`
 	// CompressBytesPerSec maps a codec to the rate one core compresses raw
 	// data at when the source compresses an image on the fly.
 	CompressBytesPerSec map[string]float64 `json:"compress_bytes_per_sec,omitempty"`
@@ -77,14 +81,15 @@ func (p Probe) Resources(role Role) Resources {
 		Cores:              float64(max(p.Cores, 1)),
 		ParallelDecompress: false,
 		CPU: CPURates{
-			Net:        net,
-			Relay:      p.RelayBytesPerSec,
-			Link:       p.LinkStreamBytesPerSec,
-			Disk:       p.DiskWriteCPUBytesPerSec,
-			Copy:       p.MemcpyBytesPerSec,
-			Digest:     p.DigestBytesPerSec,
-			Decompress: maps.Clone(p.DecompressBytesPerSec),
-			Compress:   maps.Clone(p.CompressBytesPerSec),
+			Net:           net,
+			Relay:         p.RelayBytesPerSec,
+			Link:          p.LinkStreamBytesPerSec,
+			Disk:          p.DiskWriteCPUBytesPerSec,
+			Copy:          p.MemcpyBytesPerSec,
+			Digest:        p.DigestBytesPerSec,
+			Decompress:    maps.Clone(p.DecompressBytesPerSec),
+			DecompressRLE: p.RLEDecodeBytesPerSec,
+			Compress:      maps.Clone(p.CompressBytesPerSec),
 		},
 	}
 }

@@ -71,6 +71,11 @@ type CPURates struct {
 	Digest float64 // CRC32C or zero-run scan: one read pass over the data
 	// Decompress maps a codec ("gzip", "zstd") to its output rate.
 	Decompress map[string]float64
+	// DecompressRLE is the output rate of zstd's RLE blocks alone, which
+	// a decoder fills byte by byte at a speed of its own. The model reads
+	// Decompress only: whoever scales it to an image's decoding speed may
+	// weigh this in for the image's RLE blocks. Zero: not measured.
+	DecompressRLE float64
 	// Compress maps a codec to the rate the source compresses raw data at
 	// when a plan sends a raw image compressed (input bytes per second).
 	Compress map[string]float64

@@ -82,6 +82,19 @@ func (im *Image) inspect() error {
 // of other readers of the same image.
 func (im *Image) Stream() io.Reader { return io.NewSectionReader(im.f, 0, im.StreamSize) }
 
+// RLEBytes is how many of a zstd image's raw bytes decode from RLE blocks
+// (ZstdRLEBytes); 0 for other encodings.
+func (im *Image) RLEBytes() (int64, error) {
+	if im.Encoding != Zstd {
+		return 0, nil
+	}
+	n, err := ZstdRLEBytes(im.f, im.StreamSize)
+	if err != nil {
+		return 0, fmt.Errorf("image %s: %w", im.Path, err)
+	}
+	return n, nil
+}
+
 // Close closes the image file.
 func (im *Image) Close() error { return im.f.Close() }
 

@@ -78,8 +78,12 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 	opt := Options(s.profile, s.cfg.FrameSize)
 	opt.MaxStreamRate = s.cfg.MaxRate
 	if f := DecodeFactor(s.profile); f != 1 {
-		ScaleDecode(&net, opt.Compression.Codec, f)
-		notes = append(notes, fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate)))
+		ImageDecode(&net, opt.Compression.Codec, s.profile)
+		note := fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate))
+		if q := s.profile.RLEFraction; q > 0 {
+			note += fmt.Sprintf("; %.0f%% of it from RLE blocks (%.2f× the sample's speed here), which each node decodes at the speed it measured for them", 100*q, s.profile.RLEFactor)
+		}
+		notes = append(notes, note)
 	}
 	if s.cfg.Compress == CompressNo {
 		// No plan compresses, and the nodes timed no decoder for one
@@ -283,7 +287,9 @@ func (n *nodeState) writesFile() bool {
 // mergeMachineProbes gives every probe of one machine the best CPU and
 // memory figures any of them measured: the source's probe and a node's on
 // one machine may run at the same time and slow each other down, but the
-// hardware is the same.
+// hardware is the same. probes[0] is the source's. The decoders' figures
+// are the nodes' own: the source's program decodes at speeds of its own
+// (see ImageDecode), and decodes only what it converts.
 func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 	best := map[string]capacity.Probe{}
 	for i, p := range probes {
@@ -295,8 +301,11 @@ func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 		b.MemcpyBytesPerSec = max(b.MemcpyBytesPerSec, p.MemcpyBytesPerSec)
 		b.DigestBytesPerSec = max(b.DigestBytesPerSec, p.DigestBytesPerSec)
 		b.NetStreamBytesPerSec = max(b.NetStreamBytesPerSec, p.NetStreamBytesPerSec)
-		b.DecompressBytesPerSec = maxRates(b.DecompressBytesPerSec, p.DecompressBytesPerSec)
 		b.CompressBytesPerSec = maxRates(b.CompressBytesPerSec, p.CompressBytesPerSec)
+		if i > 0 {
+			b.DecompressBytesPerSec = maxRates(b.DecompressBytesPerSec, p.DecompressBytesPerSec)
+			b.RLEDecodeBytesPerSec = max(b.RLEDecodeBytesPerSec, p.RLEDecodeBytesPerSec)
+		}
 		best[m] = b
 	}
 	for i := range probes {
@@ -314,8 +323,11 @@ func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 		if p.NetStreamBytesPerSec > 0 {
 			p.NetStreamBytesPerSec = b.NetStreamBytesPerSec
 		}
-		if p.DecompressBytesPerSec != nil {
+		if i > 0 && p.DecompressBytesPerSec != nil {
 			p.DecompressBytesPerSec = b.DecompressBytesPerSec
+		}
+		if i > 0 && p.RLEDecodeBytesPerSec > 0 {
+			p.RLEDecodeBytesPerSec = b.RLEDecodeBytesPerSec
 		}
 		if p.CompressBytesPerSec != nil {
 			p.CompressBytesPerSec = b.CompressBytesPerSec
@@ -406,16 +418,40 @@ func DecodeFactor(p probe.Profile) float64 {
 	return p.DecodeFactor
 }
 
-// ScaleDecode scales every host's decoding rate for codec by f.
-func ScaleDecode(net *capacity.Network, codec string, f float64) {
+// ImageDecode sets every host's decoding rate for codec to the image's:
+// its rate on the standard sample times the image's factor (DecodeFactor)
+// or, for an image with RLE blocks and a host that timed its own fill of
+// them, the image's cost on this machine with its RLE blocks at the host's
+// speed in place of this machine's. A byte loop's speed depends on where
+// a program's code lies as much as on the machine: the same zstd decoder
+// fills RLE blocks a quarter faster in one of dolly's programs than in
+// another, and in a filesystem's image they are often most of it.
+func ImageDecode(net *capacity.Network, codec string, p probe.Profile) {
+	f := DecodeFactor(p)
 	for i := range net.Hosts {
-		rates := net.Hosts[i].Resources.CPU.Decompress
-		if v, ok := rates[codec]; ok {
-			scaled := maps.Clone(rates)
-			scaled[codec] = v * f
-			net.Hosts[i].Resources.CPU.Decompress = scaled
+		cpu := net.Hosts[i].Resources.CPU
+		v, ok := cpu.Decompress[codec]
+		if !ok {
+			continue
 		}
+		scaled := maps.Clone(cpu.Decompress)
+		scaled[codec] = decodeRate(v, cpu.DecompressRLE, f, p.RLEFraction, p.RLEFactor)
+		net.Hosts[i].Resources.CPU.Decompress = scaled
 	}
+}
+
+// decodeRate is a host's rate on an image: sample is its rate on the
+// standard sample and rle on RLE blocks; the image decodes here at factor
+// times the sample's rate, and a share q of it from RLE blocks, which
+// decode here at rleFactor times the sample's rate. In units of the
+// sample's cost a byte of the image costs 1/factor here: q/rleFactor for
+// its RLE blocks, the rest for its data, which costs the host alike.
+func decodeRate(sample, rle, factor, q, rleFactor float64) float64 {
+	if !(q > 0) || !(rleFactor > 0) || !(rle > 0) || q > 1 {
+		return sample * factor
+	}
+	data := max(0, 1/factor-q/rleFactor)
+	return sample / (data + q*sample/rle)
 }
 
 // withMeasuredLink lowers a probe's link speed to what a bandwidth probe

@@ -59,13 +59,31 @@ func NewSampleDecoder(enc imaging.Encoding, checked bool) (*SampleDecoder, error
 	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
 		return nil, fmt.Errorf("compressing the standard sample with %s: %w", enc, err)
 	}
-	// Both codecs read concatenated frames (zstd) or members (gzip) as one
-	// stream, so the sample repeated is a valid stream of any length.
+	return newCyclingDecoder(enc, packed.Bytes(), checked)
+}
+
+// NewRLESampleDecoder opens a decoder on zeros as zstd's own tool writes
+// them, in RLE blocks (imaging.ZstdRLEStream), repeated without end. A
+// decoder fills those byte by byte, at a speed of its own that the
+// standard sample does not tell: in a stored image of a filesystem they
+// are its free space, often most of it.
+func NewRLESampleDecoder(checked bool) (*SampleDecoder, error) {
+	packed, err := imaging.ZstdRLEStream(standardSampleSize)
+	if err != nil {
+		return nil, err
+	}
+	return newCyclingDecoder(imaging.Zstd, packed, checked)
+}
+
+// newCyclingDecoder decodes packed, a whole stream, over and over. Both
+// codecs read concatenated frames (zstd) or members (gzip) as one stream,
+// so a stream repeated is a valid stream of any length.
+func newCyclingDecoder(enc imaging.Encoding, packed []byte, checked bool) (*SampleDecoder, error) {
 	open := imaging.NewStreamDecoder
 	if checked {
 		open = imaging.NewDecoder
 	}
-	dec, err := open(enc, &cycle{b: packed.Bytes()})
+	dec, err := open(enc, &cycle{b: packed})
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +123,10 @@ type decodeGauge struct {
 	spare  []byte
 	image  timing
 	ref    timing
+	// rle decodes zeros in zstd's RLE blocks, timed like the sample, for
+	// a zstd image; nil otherwise.
+	rle    sampleSource
+	rleRef timing
 }
 
 // sampleSource is what the gauge needs of a SampleDecoder.
@@ -138,7 +160,8 @@ const gaugeShare = 8
 // newDecodeGauge returns a gauge for enc timed by cpu, a thread's clock
 // (OnOneThread). checked says whether the image's decoder checks the
 // format's checksums: the sample's does alike, so that the two compare.
-func newDecodeGauge(enc imaging.Encoding, checked bool, cpu func() time.Duration) *decodeGauge {
+// rle also times the RLE sample, for a zstd image that has RLE blocks.
+func newDecodeGauge(enc imaging.Encoding, checked, rle bool, cpu func() time.Duration) *decodeGauge {
 	g := &decodeGauge{cpu: cpu}
 	if s, err := NewSampleDecoder(enc, checked); err == nil {
 		// Its first piece, untimed, pays the decoder's start-up and the
@@ -150,11 +173,20 @@ func newDecodeGauge(enc imaging.Encoding, checked bool, cpu func() time.Duration
 			s.Close()
 		}
 	}
+	if g.sample != nil && rle && enc == imaging.Zstd {
+		if s, err := NewRLESampleDecoder(checked); err == nil {
+			if _, err := s.Decode(g.spare); err == nil {
+				g.rle = s
+			} else {
+				s.Close()
+			}
+		}
+	}
 	return g
 }
 
 // read reads one piece of the image from dec into p, timing it, and then
-// perhaps one piece of the standard sample.
+// perhaps one piece of the standard sample (and of the RLE sample).
 func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	t := g.cpu()
 	n, err := imaging.ReadFull(dec, p)
@@ -163,26 +195,33 @@ func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	// Without a thread clock (both times 0) the factor cannot be told:
 	// the sample is not decoded at all.
 	if g.sample != nil && n > 0 && g.image.cpu > 0 && g.ref.cpu*gaugeShare <= g.image.cpu {
-		if len(g.spare) < n {
-			g.spare = make([]byte, n)
-		}
-		// Untimed, the warm-up brings the sample decoder's state back
-		// into the caches the image's piece took: a node's decoder runs
-		// warm, and a cold one timed on a busy machine read the factor
-		// several percent high.
-		if _, werr := g.sample.Decode(g.spare[:min(n, sampleWarmup)]); werr != nil {
+		if !g.time(g.sample, &g.ref, n) {
 			g.close()
-			return n, err
-		}
-		t := g.cpu()
-		m, serr := g.sample.Decode(g.spare[:n])
-		g.ref.cpu += g.cpu() - t
-		g.ref.bytes += int64(m)
-		if serr != nil {
-			g.close()
+		} else if g.rle != nil && !g.time(g.rle, &g.rleRef, n) {
+			g.rle.Close()
+			g.rle = nil
 		}
 	}
 	return n, err
+}
+
+// time decodes n bytes of a sample into t, after an untimed warm-up.
+func (g *decodeGauge) time(s sampleSource, t *timing, n int) bool {
+	if len(g.spare) < n {
+		g.spare = make([]byte, n)
+	}
+	// Untimed, the warm-up brings the sample decoder's state back into
+	// the caches the image's piece took: a node's decoder runs warm, and
+	// a cold one timed on a busy machine read the factor several percent
+	// high.
+	if _, err := s.Decode(g.spare[:min(n, sampleWarmup)]); err != nil {
+		return false
+	}
+	start := g.cpu()
+	m, err := s.Decode(g.spare[:n])
+	t.cpu += g.cpu() - start
+	t.bytes += int64(m)
+	return err == nil
 }
 
 // rate is the image's decoding rate in raw bytes per CPU second, 0 when
@@ -199,9 +238,21 @@ func (g *decodeGauge) factor() float64 {
 	return img / ref
 }
 
+// rleFactor is the decoding rate of zeros in RLE blocks over the standard
+// sample's, 0 when unknown.
+func (g *decodeGauge) rleFactor() float64 {
+	rle, ref := g.rleRef.rate(), g.ref.rate()
+	if rle == 0 || ref == 0 {
+		return 0
+	}
+	return rle / ref
+}
+
 func (g *decodeGauge) close() {
-	if g.sample != nil {
-		g.sample.Close()
-		g.sample = nil
+	for _, s := range []*sampleSource{&g.sample, &g.rle} {
+		if *s != nil {
+			(*s).Close()
+			*s = nil
+		}
 	}
 }

@@ -37,6 +37,14 @@ type Profile struct {
 	// speed depends on the data, so nodes' rates on the sample are scaled
 	// by it.
 	DecodeFactor float64
+	// RLEFraction is the share of a stored zstd image's raw bytes that
+	// decode from RLE blocks (imaging.ZstdRLEBytes), and RLEFactor their
+	// decoding rate over the standard sample's, timed with the image's.
+	// Decoders fill RLE blocks at a speed of their own, which differs from
+	// one program to another far more than the rest of their work: a node
+	// takes the image's cost with its own figure for them in place of
+	// this machine's.
+	RLEFraction, RLEFactor float64
 	// EncodeRate is how many bytes of a raw image's data one core of this
 	// machine compresses per second, as the source would on the fly, its
 	// zero runs' (small) cost counted with the data's; 0 for a compressed
@@ -173,10 +181,17 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 // scan scans a compressed image on one thread, timing its decoding and,
 // between pieces, the standard sample's, and tallying its stretches.
 func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Profile, error) {
+	// The frames' headers tell the RLE blocks' share before the scan; a
+	// stream whose headers cannot be walked fails the scan itself, or its
+	// decoding is timed as a whole.
+	rle, rerr := im.RLEBytes()
+	if rerr != nil {
+		rle = 0
+	}
 	var err error
 	w := &scanWatch{tally: pieceTally{span: tallySpan}}
 	OnOneThread(func(cpu func() time.Duration) {
-		w.gauge = newDecodeGauge(im.Encoding, true, cpu)
+		w.gauge = newDecodeGauge(im.Encoding, true, rle > 0, cpu)
 		defer w.gauge.close()
 		// The decoder runs in this goroutine, so the thread's CPU time
 		// around it is the decoding's.
@@ -185,13 +200,17 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	if err != nil {
 		return Profile{}, err
 	}
-	return Profile{
+	p := Profile{
 		Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize,
 		ZeroFraction: float64(im.ZeroBytes) / float64(im.Size),
 		Codec:        im.Encoding, Factor: float64(im.Size) / float64(im.StreamSize),
 		DecodeRate: w.gauge.rate(), DecodeFactor: w.gauge.factor(),
 		Pieces: mergePieces(w.tally.parts),
-	}, nil
+	}
+	if f := w.gauge.rleFactor(); f > 0 && rle > 0 && rle <= im.Size {
+		p.RLEFraction, p.RLEFactor = float64(rle)/float64(im.Size), f
+	}
+	return p, nil
 }
 
 // scanWatch times a scan's reads and tallies its stretches.
@@ -225,7 +244,7 @@ func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor 
 			return
 		}
 		defer d.Close()
-		gauge := newDecodeGauge(enc, false, clock)
+		gauge := newDecodeGauge(enc, false, false, clock)
 		defer gauge.close()
 		buf := make([]byte, 1<<20)
 		for _, size := range sizes {

@@ -1,8 +1,11 @@
 package probe
 
 import (
+	"bytes"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"dolly/imaging"
@@ -74,4 +77,59 @@ func profileAs(t *testing.T, rawPath string, enc imaging.Encoding) Profile {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestProfileTellsTheRLEBlocks: a stored zstd image whose free space is in
+// RLE blocks, as zstd's own tool writes it, is profiled with their share
+// and their decoding speed against the standard sample's; one without has
+// neither.
+func TestProfileTellsTheRLEBlocks(t *testing.T) {
+	dir := t.TempDir()
+	rawPath := filepath.Join(dir, "img")
+	if err := testimage.Write(rawPath, 8<<20, 6, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(rawPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packed bytes.Buffer
+	if err := imaging.Compress(&packed, imaging.Zstd, bytes.NewReader(data), 1); err != nil {
+		t.Fatal(err)
+	}
+	const free = 24 << 20
+	rle, err := imaging.ZstdRLEStream(free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stored []byte
+		want   float64
+	}{
+		{"free space in RLE blocks", append(slices.Clone(packed.Bytes()), rle...), float64(free) / float64(len(data)+free)},
+		{"no RLE blocks", packed.Bytes(), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "img.zst")
+			if err := os.WriteFile(path, tc.stored, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			im, err := imaging.OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			p, err := Image(t.Context(), im, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(p.RLEFraction-tc.want) > 1e-9 {
+				t.Errorf("RLE share %.4f, want %.4f", p.RLEFraction, tc.want)
+			}
+			if (p.RLEFactor > 0) != (tc.want > 0) {
+				t.Errorf("RLE factor %.2f with an RLE share of %.2f", p.RLEFactor, tc.want)
+			}
+		})
+	}
 }

@@ -151,6 +151,15 @@ func Run(ctx context.Context, cfg Config) Report {
 			continue
 		}
 		runtime.GC()
+		if enc == imaging.Zstd {
+			rate, rle, err := probeZstdDecode(cfg.Budget * 5 / 4)
+			if err != nil {
+				note("%s decompression: %v", enc, err)
+				continue
+			}
+			r.DecompressBytesPerSec[enc.String()], r.RLEDecodeBytesPerSec = rate, rle
+			continue
+		}
 		rate, err := probeDecompress(enc, cfg.Budget)
 		if err != nil {
 			note("%s decompression: %v", enc, err)
@@ -322,6 +331,54 @@ func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error
 	return rate, failed
 }
 
+// probeZstdDecode measures dolly's own zstd decoder on the standard sample
+// and filling RLE blocks, a piece of each in turn: what an image costs a
+// node is told from the ratio of the two (see server.ImageDecode), and
+// whatever else slows the machine while it measures slows both alike.
+func probeZstdDecode(budget time.Duration) (sample, rle float64, err error) {
+	s, err := NewSampleDecoder(imaging.Zstd, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.Close()
+	z, err := NewRLESampleDecoder(false)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer z.Close()
+	buf := make([]byte, 1<<20)
+	// The first piece of each, untimed, pays for the decoders' buffers.
+	for _, d := range []*SampleDecoder{s, z} {
+		if _, err := d.Decode(buf); err != nil {
+			return 0, 0, err
+		}
+	}
+	OnOneThread(func(cpu func() time.Duration) {
+		if cpu() == 0 { // no thread clock here: the wall's
+			t0 := time.Now()
+			cpu = func() time.Duration { return time.Since(t0) }
+		}
+		var ts, tz timing
+		for start := time.Now(); time.Since(start) < budget || ts.bytes == 0; {
+			for _, p := range []struct {
+				d *SampleDecoder
+				t *timing
+			}{{s, &ts}, {z, &tz}} {
+				c := cpu()
+				n, derr := p.d.Decode(buf)
+				p.t.cpu += cpu() - c
+				p.t.bytes += int64(n)
+				if derr != nil {
+					err = derr
+					return
+				}
+			}
+		}
+		sample, rle = ts.rate(), tz.rate()
+	})
+	return sample, rle, err
+}
+
 // probeCompress measures on-the-fly zstd compression on one core.
 func probeCompress(sample []byte, budget time.Duration) (float64, error) {
 	var failed error
@@ -367,6 +424,9 @@ func (r Report) Format() string {
 		[2]string{"CRC-32C, one core", rate(r.DigestBytesPerSec)})
 	for _, codec := range []string{"zstd", "gzip"} {
 		rows = append(rows, [2]string{codec + " decode", rate(r.DecompressBytesPerSec[codec])})
+		if codec == imaging.Zstd.String() && r.RLEDecodeBytesPerSec > 0 {
+			rows = append(rows, [2]string{codec + " RLE blocks decode", rate(r.RLEDecodeBytesPerSec)})
+		}
 	}
 	if v := r.CompressBytesPerSec["zstd"]; v > 0 {
 		rows = append(rows, [2]string{"zstd encode, one core", rate(v)})

@@ -1,0 +1,99 @@
+package imaging
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// zstd's block types (RFC 8878, 3.1.1.2).
+const (
+	zstdBlockRaw = iota
+	zstdBlockRLE
+	zstdBlockCompressed
+)
+
+// zstdMaxBlock is the largest block zstd writes: 128 KiB.
+const zstdMaxBlock = 128 << 10
+
+// ZstdRLEBytes walks the frames and block headers of the zstd stream of
+// size bytes in r and returns how many of its decoded bytes come from RLE
+// blocks, blocks of one byte repeated. zstd's own tool writes one for
+// every 128 KiB of zeros, so a filesystem's free space decodes from them;
+// they cost a decoder a byte-by-byte fill, which runs at different speeds
+// in different programs, unlike the rest of the stream. Only the headers
+// are read.
+func ZstdRLEBytes(r io.ReaderAt, size int64) (int64, error) {
+	var rle, pos int64
+	buf := make([]byte, zstd.HeaderMaxSize)
+	for pos < size {
+		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
+		if n == 0 {
+			return 0, fmt.Errorf("reading a frame header at %d: %w", pos, err)
+		}
+		var h zstd.Header
+		if err := h.Decode(buf[:n]); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, fmt.Errorf("frame at %d: %w", pos, err)
+		}
+		if h.HeaderSize == 0 {
+			return 0, fmt.Errorf("frame at %d: truncated header", pos)
+		}
+		pos += int64(h.HeaderSize)
+		if h.Skippable {
+			pos += int64(h.SkippableSize)
+			continue
+		}
+		for last := false; !last; {
+			var b [3]byte
+			if _, err := r.ReadAt(b[:], pos); err != nil {
+				return 0, fmt.Errorf("reading a block header at %d: %w", pos, err)
+			}
+			head := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
+			last = head&1 == 1
+			bsize := int64(head >> 3)
+			pos += 3
+			switch (head >> 1) & 3 {
+			case zstdBlockRaw, zstdBlockCompressed:
+				pos += bsize
+			case zstdBlockRLE:
+				pos++
+				rle += bsize
+			default:
+				return 0, fmt.Errorf("block at %d: reserved block type", pos-3)
+			}
+		}
+		if h.HasCheckSum {
+			pos += 4
+		}
+	}
+	if pos > size {
+		return 0, fmt.Errorf("the stream ends inside a frame (%d of %d bytes)", size, pos)
+	}
+	return rle, nil
+}
+
+// ZstdRLEStream returns a zstd stream of size zero bytes (rounded up to
+// whole blocks) made of RLE blocks only, as zstd's own tool writes a
+// filesystem's free space: the sample that times a decoder's fill.
+func ZstdRLEStream(size int) ([]byte, error) {
+	h := zstd.Header{WindowSize: zstdMaxBlock}
+	out, err := h.AppendTo(nil)
+	if err != nil {
+		return nil, fmt.Errorf("zstd frame header: %w", err)
+	}
+	blocks := max(1, (size+zstdMaxBlock-1)/zstdMaxBlock)
+	for i := range blocks {
+		head := uint32(zstdMaxBlock)<<3 | zstdBlockRLE<<1
+		if i == blocks-1 {
+			head |= 1
+		}
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], head)
+		out = append(out, b[0], b[1], b[2], 0) // the header, then the byte
+
+	}
+	return out, nil
+}

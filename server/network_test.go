@@ -1,0 +1,63 @@
+package server
+
+import (
+	"math"
+	"testing"
+
+	"dolly/capacity"
+)
+
+// TestDecodeRateSwapsTheRLEFill: an image's RLE blocks are counted at
+// each host's own fill speed, its data at the image's factor.
+func TestDecodeRateSwapsTheRLEFill(t *testing.T) {
+	const sample = 2000e6
+	for _, tc := range []struct {
+		name                     string
+		rle, factor, q, rleShare float64
+		want                     float64
+	}{
+		{"no RLE blocks: the factor", 1000e6, 1.1, 0, 0, 2200e6},
+		{"the host's fill not measured: the factor", 0, 1.1, 0.6, 1.5, 2200e6},
+		// A host that fills as fast, against its sample, as the server
+		// did decodes the image at the server's factor.
+		{"a host that fills as the server does", 3000e6, 1.1, 0.6, 1.5, 2200e6},
+		// Data: 1/1.1 - 0.6/1.5 = 0.509 of the sample's cost a byte; RLE
+		// blocks: 0.6 * 2000/1000 = 1.2.
+		{"a host that fills at half the server's speed", 1000e6, 1.1, 0.6, 1.5, sample / (1/1.1 - 0.4 + 1.2)},
+		{"an image all RLE blocks", 1000e6, 1.5, 1, 1.5, 1000e6},
+		{"an RLE share past the image's cost counts its data as free", 1000e6, 1.1, 0.9, 0.5, sample / (0.9 * 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decodeRate(sample, tc.rle, tc.factor, tc.q, tc.rleShare)
+			if math.Abs(got-tc.want) > 1e-6*tc.want {
+				t.Errorf("decodeRate = %.0f, want %.0f", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMergeMachineProbesKeepsTheNodesDecoders: the nodes of the source's
+// machine keep the decoders' figures they measured in their own program;
+// the other figures are the machine's best.
+func TestMergeMachineProbesKeepsTheNodesDecoders(t *testing.T) {
+	source := capacity.Probe{MemcpyBytesPerSec: 9e9, DecompressBytesPerSec: map[string]float64{"zstd": 3e9}, RLEDecodeBytesPerSec: 2e9}
+	node := capacity.Probe{MemcpyBytesPerSec: 8e9, DecompressBytesPerSec: map[string]float64{"zstd": 2e9}, RLEDecodeBytesPerSec: 1e9}
+	probes := []capacity.Probe{source, node, node}
+	mergeMachineProbes(probes, []string{"m", "m", "m"})
+	for i, p := range probes {
+		if p.MemcpyBytesPerSec != 9e9 {
+			t.Errorf("probe %d: copy at %.0f, want the machine's best 9e9", i, p.MemcpyBytesPerSec)
+		}
+	}
+	if got := probes[0].DecompressBytesPerSec["zstd"]; got != 3e9 {
+		t.Errorf("the source decodes at %.0f, want its own 3e9", got)
+	}
+	for _, p := range probes[1:] {
+		if got := p.DecompressBytesPerSec["zstd"]; got != 2e9 {
+			t.Errorf("a node decodes at %.0f, want the nodes' 2e9", got)
+		}
+		if p.RLEDecodeBytesPerSec != 1e9 {
+			t.Errorf("a node fills RLE blocks at %.0f, want the nodes' 1e9", p.RLEDecodeBytesPerSec)
+		}
+	}
+}
