@@ -88,6 +88,9 @@ func describeGroup(c Constraint, subjects []string) string {
 	case DecompressLimit:
 		return fmt.Sprintf("decoding thread of %s", names)
 	case CompressLimit:
+		if c.Cap > 1 {
+			return fmt.Sprintf("%.0f compressing threads of %s", c.Cap, names)
+		}
 		return fmt.Sprintf("compressing thread of %s", names)
 	case MachineCPULimit:
 		return fmt.Sprintf("CPU of machine %s, shared by %d hosts", names, c.Streams)

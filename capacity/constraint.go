@@ -18,7 +18,7 @@ const (
 	MemoryLimit     ConstraintKind = "memory"     // a host's memory system
 	CPULimit        ConstraintKind = "cpu"        // the sum of a host's CPU shares
 	DecompressLimit ConstraintKind = "decompress" // decompression on one core
-	CompressLimit   ConstraintKind = "compress"   // the source's compression on one core
+	CompressLimit   ConstraintKind = "compress"   // the source's compression on its compressing threads
 
 	// The CPU and memory system of a machine that several hosts share:
 	// Streams counts the hosts, Coef sums their demands.

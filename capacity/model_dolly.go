@@ -125,7 +125,7 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 		}
 		passes = d + w
 		convert = d / rate
-		h.add(CompressLimit, flow, stored*share(r.CPU.Copy)+d*share(r.CPU.Digest)+convert, 1)
+		h.add(CompressLimit, flow, stored*share(r.CPU.Copy)+d*share(r.CPU.Digest)+convert, r.compressThreads())
 	case "decompress":
 		stored = st.storedBytes()
 		rate, err := r.decompressRate(st.stored.Codec)

@@ -42,6 +42,9 @@ type Resources struct {
 	// Cores is the CPU capacity in cores; CPU shares must sum to at most
 	// this. Zero means one core.
 	Cores float64
+	// CompressThreads is how many threads compress a raw image on the fly
+	// at the source, each a chunk of its own; 0 counts one.
+	CompressThreads int
 	// ParallelDecompress spreads decompression over all cores. Without it
 	// decompression must also fit on one core.
 	ParallelDecompress bool
@@ -90,6 +93,11 @@ func (r Resources) paceCost() float64 {
 		return 0
 	}
 	return max(0, share(r.CPU.Link)-2*share(r.CPU.Net)-2*share(r.CPU.Copy)) / 2
+}
+
+// compressThreads returns how many threads compress, at least one.
+func (r Resources) compressThreads() float64 {
+	return float64(max(r.CompressThreads, 1))
 }
 
 // cores returns the CPU capacity, one core when unset.

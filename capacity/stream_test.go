@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -78,6 +79,18 @@ func TestSourceConversions(t *testing.T) {
 	}
 	if got := describeGroup(thread, []string{"src"}); got != "compressing thread of src" {
 		t.Errorf("compressing thread described as %q", got)
+	}
+	// A source that compresses chunks apart on 4 threads may use 4 cores
+	// for it; the machine's CPU still bounds them all.
+	threaded := net
+	threaded.Hosts = slices.Clone(net.Hosts)
+	threaded.Hosts[0].Resources.CompressThreads = 4
+	four := find(t, evaluateWith(t, threaded, Chain(2), zstd, Options{Stored: &raw}), CompressLimit, "src")
+	if !near(four.Coef, thread.Coef) || four.Cap != 4 {
+		t.Errorf("4 compressing threads: %v·b ≤ %v, want %v·b ≤ 4", four.Coef, four.Cap, thread.Coef)
+	}
+	if got := describeGroup(four, []string{"src"}); got != "4 compressing threads of src" {
+		t.Errorf("4 compressing threads described as %q", got)
 	}
 
 	decoded := evaluateWith(t, net, Chain(2), raw, Options{Stored: &zstd})

@@ -1,6 +1,7 @@
 package imaging
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"runtime"
@@ -48,10 +49,66 @@ func Compress(w io.Writer, enc Encoding, r io.Reader, concurrency int) error {
 	return e.Close()
 }
 
-// EncoderID names the encoder Compress runs for enc, down to its library's
-// version: a cast taken up again after a restart must compress the image
-// to the same bytes, or the nodes would get a stream spliced from two
-// encodings (and, keyed, frames of other bytes under the same nonces).
+// ChunkSize is how much of an image ChunkEncoder compresses apart: large
+// enough that the format's per-frame cost and the lost matches across
+// chunks are nothing, small enough that a few chunks in flight on every
+// core hold little memory.
+const ChunkSize = 2 << 20
+
+// ChunkEncoder compresses chunks of an image, each into a stream of its
+// own (a zstd frame, a gzip member), at the level an image compressed on
+// the fly can afford. Decoders read such streams one after another as one
+// stream, so chunks compress apart, on as many cores as there are, and
+// the bytes do not depend on how many there were.
+type ChunkEncoder struct {
+	z   *zstd.Encoder
+	gz  *gzip.Writer
+	out bytes.Buffer
+}
+
+// NewChunkEncoder returns a ChunkEncoder for enc. One serves one goroutine.
+func NewChunkEncoder(enc Encoding) (*ChunkEncoder, error) {
+	c := &ChunkEncoder{}
+	switch enc {
+	case Zstd:
+		z, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		c.z = z
+	case Gzip:
+		gz, err := gzip.NewWriterLevel(&c.out, gzip.BestSpeed)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		c.gz = gz
+	default:
+		return nil, fmt.Errorf("cannot compress as %v", enc)
+	}
+	return c, nil
+}
+
+// Encode appends src, compressed as a stream of its own, to dst.
+func (c *ChunkEncoder) Encode(dst, src []byte) ([]byte, error) {
+	if c.z != nil {
+		return c.z.EncodeAll(src, dst), nil
+	}
+	c.out.Reset()
+	c.gz.Reset(&c.out)
+	if _, err := c.gz.Write(src); err != nil {
+		return dst, fmt.Errorf("gzip: %w", err)
+	}
+	if err := c.gz.Close(); err != nil {
+		return dst, fmt.Errorf("gzip: %w", err)
+	}
+	return append(dst, c.out.Bytes()...), nil
+}
+
+// EncoderID names the encoder a source compresses enc on the fly with
+// (ChunkEncoder), down to its library's version: a cast taken up again
+// after a restart must compress the image to the same bytes, or the nodes
+// would get a stream spliced from two encodings (and, keyed, frames of
+// other bytes under the same nonces).
 func EncoderID(enc Encoding) string {
 	mod := ""
 	switch enc {
@@ -71,5 +128,5 @@ func EncoderID(enc Encoding) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s fastest, %s %s", enc, mod, version)
+	return fmt.Sprintf("%s fastest in chunks of %d KiB, %s %s", enc, ChunkSize>>10, mod, version)
 }

@@ -14,6 +14,7 @@ import (
 
 	"dolly/capacity"
 	"dolly/dolly/probe"
+	"dolly/dolly/stream"
 )
 
 // choose asks the capacity model for the plan, from the nodes' probes and
@@ -92,7 +93,13 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 	}
 	if r := s.profile.EncodeRate; r > 0 && opt.Compression.Enabled() {
 		SetSourceEncode(&net, opt.Compression.Codec, r)
-		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, should the source compress it", mbps(r)))
+		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, on %s, should the source compress it",
+			mbps(r), plural(stream.CompressWorkers(), "thread")))
+	}
+	for i := range net.Hosts {
+		if h := &net.Hosts[i]; h.Role == capacity.RoleSource {
+			h.Resources.CompressThreads = stream.CompressWorkers()
+		}
 	}
 	if opt.HoleFraction > 0 {
 		notes = append(notes, fmt.Sprintf("the image file keeps %.0f%% of the image as holes (a sparse file): sent as zero runs without being read", 100*opt.HoleFraction))

@@ -40,6 +40,25 @@ func (p *bufPipe) Write(b []byte) (int, error) {
 	}
 }
 
+// give passes b to the reader as Write does, without a copy: the caller
+// must not touch b again.
+func (p *bufPipe) give(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return p.rerr
+	default:
+	}
+	select {
+	case p.blocks <- b:
+		return nil
+	case <-p.done:
+		return p.rerr
+	}
+}
+
 // CloseWriter ends the stream with err (nil: io.EOF for the reader).
 func (p *bufPipe) CloseWriter(err error) {
 	if err == nil {

@@ -128,33 +128,6 @@ func NewCompressingEncoder(r io.Reader, size int64, frameSize int, send imaging.
 	return e, nil
 }
 
-// compressOnTheFly starts a goroutine that reads the raw image from raw,
-// digests it and compresses it into a pipe the encoder frames, all on one
-// thread.
-func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Reader, int64) {
-	pipe := newBufPipe(16)
-	e.later = make(chan imaging.Digest, 1)
-	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
-	go func() {
-		d := imaging.NewDigester()
-		// One core: what the model counts (capacity.CompressLimit). Handing
-		// blocks to a second goroutine gains a tenth in speed at a fifth
-		// more CPU a byte, which a machine the nodes share pays.
-		zw, err := imaging.NewEncoder(send, pipe, 1)
-		if err == nil {
-			_, err = io.Copy(zw, io.TeeReader(raw, d))
-			if cerr := zw.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err == nil {
-			e.later <- d.Sum()
-		}
-		pipe.CloseWriter(err)
-	}()
-	return pipe, -1
-}
-
 // Close stops any on-the-fly encoding and releases decoders.
 func (e *Encoder) Close() error {
 	if e.stop != nil {

@@ -2,11 +2,13 @@ package stream
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -370,5 +372,38 @@ func TestCompressingEncoderOverAReader(t *testing.T) {
 	}
 	if _, err := NewCompressingEncoder(bytes.NewReader(raw), 1, 256<<10, imaging.Raw); err == nil {
 		t.Error("a compressing encoder that does not compress was made")
+	}
+}
+
+// TestCompressedOnTheFlyInChunks: an image of many chunks, the last one
+// short, compresses on several cores into a stream that decodes to its
+// bytes, and into the same stream whatever the number of cores.
+func TestCompressedOnTheFlyInChunks(t *testing.T) {
+	imgs := makeImages(t, 5*imaging.ChunkSize+12288, testimage.Typical)
+	raw, err := os.ReadFile(imgs[imaging.Raw])
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamOf := func(procs int) []byte {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		enc, err := NewCompressingEncoder(bytes.NewReader(raw), int64(len(raw)), 256<<10, imaging.Zstd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer enc.Close()
+		return frames(t, enc)
+	}
+	one, four := streamOf(1), streamOf(4)
+	if !bytes.Equal(one, four) {
+		t.Fatalf("the stream differs with 1 core (%d bytes) and 4 (%d bytes)", len(one), len(four))
+	}
+	h := StreamHeader{Version: Version, Encoding: imaging.Zstd, FrameSize: 256 << 10, ImageSize: int64(len(raw))}
+	target, err := receiveInto(t, h, four)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := testimage.SHA256(target, h.ImageSize)
+	if want := fmt.Sprintf("%x", sha256.Sum256(raw)); got != want {
+		t.Fatalf("target sha256 %s, want the image's %s", got, want)
 	}
 }

@@ -1,0 +1,117 @@
+package stream
+
+import (
+	"errors"
+	"io"
+	"runtime"
+
+	"dolly/imaging"
+)
+
+// maxCompressWorkers bounds the goroutines that compress a stream on the
+// fly: each holds a chunk in and a chunk out, and past a few cores the
+// source's link is the limit, not its CPU.
+const maxCompressWorkers = 8
+
+// CompressWorkers is how many goroutines compress a raw image on the fly:
+// one a core, as many as the capacity model lets the source use
+// (capacity.Resources.CompressThreads).
+func CompressWorkers() int {
+	return min(max(runtime.GOMAXPROCS(0), 1), maxCompressWorkers)
+}
+
+// compressOnTheFly reads the raw image from raw and digests it on one
+// goroutine, compresses it chunk by chunk (imaging.ChunkEncoder) on
+// CompressWorkers others, and hands the chunks to the pipe the encoder
+// frames, in order. On a machine of several cores the compression, the
+// source's costliest work by far, then runs on all of them.
+func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Reader, int64) {
+	workers := CompressWorkers()
+	pipe := newBufPipe(2 * workers)
+	e.later = make(chan imaging.Digest, 1)
+	stopped := make(chan struct{})
+	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
+
+	type chunk struct {
+		raw, out []byte
+		err      error
+		done     chan struct{}
+	}
+	// Reading runs ahead of the oldest chunk by two chunks a worker at
+	// most: todo feeds the workers, inOrder the writer.
+	todo := make(chan *chunk, workers)
+	inOrder := make(chan *chunk, 2*workers)
+	free := make(chan []byte, 3*workers)
+	go func() { // read and digest
+		defer close(todo)
+		defer close(inOrder)
+		d := imaging.NewDigester()
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			default:
+				buf = make([]byte, imaging.ChunkSize)
+			}
+			n, err := io.ReadFull(raw, buf)
+			if n > 0 {
+				d.Write(buf[:n])
+				c := &chunk{raw: buf[:n], done: make(chan struct{})}
+				select {
+				case inOrder <- c:
+				case <-stopped:
+					return
+				}
+				todo <- c
+			}
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				e.later <- d.Sum()
+				return
+			}
+			if err != nil {
+				c := &chunk{err: err, done: make(chan struct{})}
+				close(c.done)
+				select {
+				case inOrder <- c:
+				case <-stopped:
+				}
+				return
+			}
+		}
+	}()
+	for range workers {
+		go func() {
+			enc, err := imaging.NewChunkEncoder(send)
+			for c := range todo {
+				if err != nil {
+					c.err = err
+				} else {
+					c.out, c.err = enc.Encode(nil, c.raw)
+				}
+				close(c.done)
+			}
+		}()
+	}
+	go func() { // write in order
+		var err error
+		for c := range inOrder {
+			<-c.done
+			if err == nil {
+				if err = c.err; err == nil {
+					err = pipe.give(c.out)
+				}
+				if err != nil {
+					close(stopped) // the reader stops; the rest drains
+				}
+			}
+			if cap(c.raw) == imaging.ChunkSize {
+				select {
+				case free <- c.raw[:cap(c.raw)]:
+				default:
+				}
+			}
+		}
+		pipe.CloseWriter(err)
+	}()
+	return pipe, -1
+}
