@@ -67,6 +67,12 @@ func profileAs(t *testing.T, rawPath string, enc imaging.Encoding) Profile {
 			t.Fatal(err)
 		}
 	}
+	return profileFile(t, path)
+}
+
+// profileFile profiles the image file at path.
+func profileFile(t *testing.T, path string) Profile {
+	t.Helper()
 	im, err := imaging.OpenImage(path)
 	if err != nil {
 		t.Fatal(err)
@@ -115,15 +121,7 @@ func TestProfileTellsTheRLEBlocks(t *testing.T) {
 			if err := os.WriteFile(path, tc.stored, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			im, err := imaging.OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
-			p, err := Image(t.Context(), im, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := profileFile(t, path)
 			if math.Abs(p.RLEFraction-tc.want) > 1e-9 {
 				t.Errorf("RLE share %.4f, want %.4f", p.RLEFraction, tc.want)
 			}
