@@ -431,8 +431,9 @@ func DecodeFactor(p probe.Profile) float64 {
 // them, the image's cost on this machine with its RLE blocks at the host's
 // speed in place of this machine's. A byte loop's speed depends on where
 // a program's code lies as much as on the machine: the same zstd decoder
-// fills RLE blocks a quarter faster in one of dolly's programs than in
-// another, and in a filesystem's image they are often most of it.
+// fills RLE blocks about twice as fast, against the standard sample, in
+// one of dolly's programs as in another, and in a filesystem's image they
+// are often most of it.
 func ImageDecode(net *capacity.Network, codec string, p probe.Profile) {
 	f := DecodeFactor(p)
 	for i := range net.Hosts {

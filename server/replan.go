@@ -135,7 +135,7 @@ func (w *watch) observe(t *castTree, now time.Time) rates {
 // node's buffers fill it receives more than it writes; and TCP shares a
 // full link fairly only in the long run, so over a few seconds one of its
 // streams may get a quarter less than the others, though the link alone
-// holds them all.
+// holds them all. Called with s.mu held.
 func (r rates) given(limits []fullLink) float64 {
 	n := r.lag
 	if n == nil {
@@ -260,6 +260,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Resu
 		remaining = max(remaining, s.img.Size-n.progress.Written)
 	}
 	limits := fullLinks(s.tree, r, s.diskRates())
+	gave := r.given(limits)
 	s.mu.Unlock()
 
 	net, opt, _ := s.model(nodes, s.netFigs)
@@ -297,7 +298,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Resu
 	// The measured links explain the shortfall if the plan, under them,
 	// expects about what they gave the lagging node where it was in the
 	// image.
-	if cur.RateOver(r.from, r.to) > explainedBy*r.given(limits) {
+	if cur.RateOver(r.from, r.to) > explainedBy*gave {
 		rp.Predicted = r.slowest
 		rp.Message = fmt.Sprintf("at %s the cast runs at %s MB/s, below the predicted %s; %s, which does not explain it: the plan stays",
 			at, mbps(r.slowest), mbps(w.predicted), what)
