@@ -2,6 +2,7 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"dolly/capacity"
 	"dolly/imaging"
@@ -107,5 +108,43 @@ func TestSlowBothWays(t *testing.T) {
 	}
 	if slowBothWays(&nodeState{starved: 1}, nil) {
 		t.Error("a child that is gone makes c the culprit")
+	}
+}
+
+// TestCulpritWaitsOutARewiring: a node that held the source back in the
+// tree before a rewiring is no culprit until it has held the new tree
+// back as long: a move meanwhile would splice it into both trees (a
+// re-plan's new links still on their way).
+func TestCulpritWaitsOutARewiring(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name     string
+		rewired  time.Duration // before now; 0: never
+		wantSlow string
+	}{
+		{"never rewired", 0, "n1"},
+		{"rewired before the hold began", 10 * time.Second, "n1"},
+		{"rewired a second ago", time.Second, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree, byName := testTree(t, capacity.Star(2).Parent...)
+			for _, n := range byName {
+				n.status, n.rate = stCasting, 10e6
+			}
+			byName["n1"].rate = 1e6
+			s := &Server{tree: tree, byName: byName, img: &imaging.Image{Size: 1e9},
+				srcHold: holdWatch{by: "n1", since: now.Add(-5 * time.Second)}}
+			if tc.rewired > 0 {
+				s.rewiredAt = now.Add(-tc.rewired)
+			}
+			slow, _, _ := s.culprit(capacity.Result{Rate: 10e6}, now)
+			got := ""
+			if slow != nil {
+				got = slow.name
+			}
+			if got != tc.wantSlow {
+				t.Errorf("culprit %q, want %q", got, tc.wantSlow)
+			}
+		})
 	}
 }

@@ -264,6 +264,9 @@ func (s *Server) serving(now time.Time) func(*nodeState) bool {
 // sending to its node, each added link's upstream starts sending to its
 // node from where that node is.
 func (s *Server) rewire(ctx context.Context, r rewiring) {
+	s.mu.Lock()
+	s.rewiredAt = time.Now()
+	s.mu.Unlock()
 	for _, l := range r.cut {
 		if l.up.isSource() {
 			s.src.detach(ctx, l.node.name)

@@ -169,6 +169,9 @@ type Server struct {
 	// each (see slow.go).
 	srcHold    holdWatch
 	movedApart map[string]string
+	// rewiredAt is when the tree was last rewired: a relay's waits from
+	// before tell of children it may no longer have.
+	rewiredAt time.Time
 	// expect is the plan's prediction, stretch by stretch of the image;
 	// its Rate is 0 when the model could not judge.
 	expect  capacity.Result

@@ -73,38 +73,7 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	var slow *nodeState
-	var holder string
-	var held time.Duration
-	for _, u := range append([]*vertex{s.tree.root}, s.tree.members()...) {
-		by, since := s.srcHold.by, s.srcHold.since
-		if !u.isSource() {
-			if u.paced || u.node.status != stCasting {
-				continue
-			}
-			by, since = u.node.heldBy, u.node.heldSince
-		}
-		if by == "" || now.Sub(since) < heldFor {
-			continue
-		}
-		c := s.byName[by]
-		v := s.tree.at[c]
-		if c == nil || v == nil || v.parent != u || v.paced || c.status != stCasting {
-			continue
-		}
-		if c.heldBy != "" && !slowBothWays(c, s.byName[c.heldBy]) {
-			continue // c waits on its own child: the culprit is further down
-		}
-		// A plan that runs as predicted has a bottleneck too, which holds
-		// the nodes above it back as much: only a cast held below its
-		// prediction has a culprit.
-		exp := s.expectedOf(expect, c)
-		if c.rate <= 0 || math.IsInf(exp, 1) || c.rate >= replanBelow*exp || !slowerThanSiblings(u, v) {
-			continue
-		}
-		slow, holder, held = c, u.name(), now.Sub(since)
-		break
-	}
+	slow, holder, held := s.culprit(expect, now)
 	if slow == nil {
 		s.mu.Unlock()
 		return
@@ -127,6 +96,54 @@ func (s *Server) moveSlowApart(ctx context.Context, w *watch, now time.Time) {
 	s.log.Warn("slow node moved apart", "node", slow.name, "held", holder, "by", leaf.name())
 	s.rewire(ctx, r)
 	s.signal()
+}
+
+// culprit is the node that has held its upstream back for heldFor while
+// nothing held it back, and running below what expect holds it to: the
+// upstream's name and how long it was held; nil if none. Called with s.mu
+// held.
+func (s *Server) culprit(expect capacity.Result, now time.Time) (slow *nodeState, holder string, held time.Duration) {
+	for _, u := range append([]*vertex{s.tree.root}, s.tree.members()...) {
+		by, since := s.srcHold.by, s.srcHold.since
+		if !u.isSource() {
+			if u.paced || u.node.status != stCasting {
+				continue
+			}
+			by, since = u.node.heldBy, u.node.heldSince
+		}
+		// Waits from before the last rewiring tell of another tree, and
+		// a rewiring's new links may still be on their way: a node moved
+		// apart meanwhile would be spliced into both trees at once.
+		since = later(since, s.rewiredAt)
+		if by == "" || now.Sub(since) < heldFor {
+			continue
+		}
+		c := s.byName[by]
+		v := s.tree.at[c]
+		if c == nil || v == nil || v.parent != u || v.paced || c.status != stCasting {
+			continue
+		}
+		if c.heldBy != "" && !slowBothWays(c, s.byName[c.heldBy]) {
+			continue // c waits on its own child: the culprit is further down
+		}
+		// A plan that runs as predicted has a bottleneck too, which holds
+		// the nodes above it back as much: only a cast held below its
+		// prediction has a culprit.
+		exp := s.expectedOf(expect, c)
+		if c.rate <= 0 || math.IsInf(exp, 1) || c.rate >= replanBelow*exp || !slowerThanSiblings(u, v) {
+			continue
+		}
+		return c, u.name(), now.Sub(since)
+	}
+	return nil, "", 0
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // expectedOf is the rate the plan expects of node n over the stretch of
