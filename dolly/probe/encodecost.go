@@ -19,7 +19,7 @@ const compressBudget = 300 * time.Millisecond
 // samples Image read of a raw image, and sets p.EncodeRate from it. The
 // encoder timed alone leaves out what the cast pays around it: the
 // image's reads, the digest, the hand-off of compressed blocks to the
-// framing, the frames' checks and the wake-ups of both goroutines: a fifth
+// framing, the frames' checks and the wake-ups of its goroutines (reader, compressors, framer): a fifth
 // to a third more CPU a byte on the bench's image, alone, and more in a
 // cast. So the path runs here as the cast runs it (stream's
 // on-the-fly encoder, fed the samples), and the process's CPU time is what
