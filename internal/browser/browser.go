@@ -12,7 +12,8 @@ import (
 )
 
 // Headless starts a headless chromium for the test, its actions bounded
-// by limit, or skips the test where there is none.
+// by limit, or skips the test where there is none. The browser is up when
+// it returns.
 func Headless(t testing.TB, limit time.Duration) context.Context {
 	t.Helper()
 	var path string
@@ -33,5 +34,10 @@ func Headless(t testing.TB, limit time.Duration) context.Context {
 	t.Cleanup(cancel)
 	ctx, cancelTime := context.WithTimeout(ctx, limit)
 	t.Cleanup(cancelTime)
+	// The browser starts now, not at the test's first page: on a busy
+	// machine its start takes seconds, and a short cast would be over.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("chromium %s did not start: %v", path, err)
+	}
 	return ctx
 }

@@ -26,10 +26,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	page := freePort(t)
 	c := newFailCast(t, 3, "-http", page, "-node-timeout", "2s")
 	c.startServer()
+	waitLine(t, c.server, "status page")
+	// The page is open before any node joins: a cast of a few seconds must
+	// not end while the browser is still starting.
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+page+"/")); err != nil {
+		t.Fatalf("the status page did not load: %v\n%s", err, c.server.out.String())
+	}
 	c.startNodes()
 
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate("http://"+page+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#picture svg g[data-node="pc03"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-node="pc01"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-node="pc02"]`)),
