@@ -234,3 +234,33 @@ func TestChainKeeps(t *testing.T) {
 		t.Error("a check on an image with no chains")
 	}
 }
+
+// Behind a thin trunk -auto is judged by the whole lab: a plan that is
+// faster on the source's switch but slower across the trunk loses.
+func TestAutoJudgedByTheWholeLabBehindATrunk(t *testing.T) {
+	spec := func(topology, comp string) runSpec {
+		return runSpec{method: "dolly", topology: topology, compression: comp, nodes: 16, mbit: 1000, image: "large", trunkMbit: 100}
+	}
+	for _, c := range []struct {
+		name      string
+		auto      result
+		chainNear float64
+		want      string
+	}{
+		{"faster across the trunk", result{runSpec: spec("auto", "auto"), chosen: "chain zstd", measured: 208, farMeasured: 96.7}, 285,
+			"PASS -auto (chain zstd) 96.70 MB/s for the whole lab (its slowest node, on either switch), 286.2% of the best forced plan (chain 33.79)"},
+		{"slower across the trunk", result{runSpec: spec("auto", "auto"), chosen: "chain zstd", measured: 400, farMeasured: 20}, 285,
+			"MISS -auto (chain zstd) 20.00 MB/s for the whole lab (its slowest node, on either switch), 59.2% of the best forced plan (chain 33.79)"},
+	} {
+		chain := result{runSpec: spec("chain", "none"), measured: c.chainNear, farMeasured: 33.79}
+		var got string
+		for _, line := range acceptance([]result{c.auto, chain}) {
+			if strings.Contains(line, "-auto") {
+				got = line
+			}
+		}
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s: %q, want it to start %q", c.name, got, c.want)
+		}
+	}
+}
