@@ -213,6 +213,34 @@ func (r result) labRate() float64 {
 	return r.measured
 }
 
+// joinGoal is the most the join phase may take: from the last node
+// joining to the plan, probes and the image's profile included.
+const joinGoal = 3.0
+
+// joinPhase states the join phase of every dolly cast of the largest lab
+// in the results: the longest, and the median.
+func joinPhase(results []result) (string, bool) {
+	most := 0
+	for _, r := range results {
+		if r.method == "dolly" && r.err == "" && len(r.joins) > 0 {
+			most = max(most, r.nodes)
+		}
+	}
+	var joins []float64
+	for _, r := range results {
+		if r.method == "dolly" && r.err == "" && r.nodes == most {
+			joins = append(joins, r.joins...)
+		}
+	}
+	if len(joins) == 0 {
+		return "", false
+	}
+	slices.Sort(joins)
+	worst, median := joins[len(joins)-1], joins[(len(joins)-1)/2]
+	return fmt.Sprintf("%s join phase at %d nodes: at most %.1f s over %d casts, median %.1f s (goal: %.0f s)",
+		verdict(worst <= joinGoal), most, worst, len(joins), median, joinGoal), true
+}
+
 // verdict says whether a goal was met.
 func verdict(ok bool) string {
 	if ok {
@@ -231,6 +259,9 @@ func acceptance(results []result) []string {
 		}
 	}
 	out = append(out, fmt.Sprintf("%s prediction within 15%% for every dolly run: worst %+.1f%% (%s)", verdict(math.Abs(worst) <= 15), worst, worstRun))
+	if line, ok := joinPhase(results); ok {
+		out = append(out, line)
+	}
 	// -auto against the forced plans of its group: the same node count,
 	// link speed and image, sent raw (-compress no), as the model could
 	// have chosen each of them.

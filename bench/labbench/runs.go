@@ -42,6 +42,7 @@ type result struct {
 	steal          float64   // cores the hypervisor took from the machine over the run
 	casts          []float64 // MB/s of each cast when the run is the median of several
 	castsPredicted []float64 // and each cast's prediction
+	joins          []float64 // seconds from the last join to the plan, of each cast
 	serverCPU      float64   // CPU seconds of dolly-server, start-up included
 	nodesCPU       float64   // CPU seconds of every dolly node together
 	streamCPU      float64   // of those, what the nodes' streams took (no join, no probes)
@@ -314,6 +315,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		res.predicted = float64(img.size) / rep.Plan.ETASeconds / 1e6
 	}
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
+	res.joins = []float64{rep.JoinSeconds}
 	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {
 		if n.Name == lateHost {

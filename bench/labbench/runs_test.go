@@ -264,3 +264,23 @@ func TestAutoJudgedByTheWholeLabBehindATrunk(t *testing.T) {
 		}
 	}
 }
+
+func TestJoinPhaseOfTheLargestLab(t *testing.T) {
+	run := func(nodes int, joins ...float64) result {
+		return result{runSpec: runSpec{method: "dolly", topology: "chain", nodes: nodes}, joins: joins}
+	}
+	for _, c := range []struct {
+		results []result
+		want    string
+	}{
+		{[]result{run(8, 9.9), run(24, 2.1, 2.9), run(24, 2.5)}, "PASS join phase at 24 nodes: at most 2.9 s over 3 casts, median 2.5 s (goal: 3 s)"},
+		{[]result{run(24, 2.1, 3.4), run(24, 2.5)}, "MISS join phase at 24 nodes: at most 3.4 s over 3 casts, median 2.5 s (goal: 3 s)"},
+	} {
+		if got, ok := joinPhase(c.results); !ok || got != c.want {
+			t.Errorf("%q (%v), want %q", got, ok, c.want)
+		}
+	}
+	if _, ok := joinPhase([]result{{runSpec: runSpec{method: "udpcast", nodes: 24}}}); ok {
+		t.Error("a join phase stated without a dolly cast")
+	}
+}

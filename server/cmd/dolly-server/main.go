@@ -123,7 +123,7 @@ func run() int {
 	encrypt := fs.Bool("encrypt", false, "also encrypt the frames (needs -key); relays forward ciphertext, only nodes decrypt")
 	noProbe := fs.Bool("no-probe", false, "do not measure this machine for the capacity model")
 	noReplan := fs.Bool("no-replan", false, "keep the model's plan to the end; by default a cast that runs below 80% of its prediction for 5s is re-planned (at most twice) and rewired without a restart")
-	netProbe := fs.Duration("net-probe", 500*time.Millisecond, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
+	netProbe := fs.Duration("net-probe", 400*time.Millisecond, "before the plan, measure the network for this long twice (the server to all nodes at once, then each node to the next); 0 skips it")
 	serve := fs.Bool("serve", false, "keep running and cast the images of -images DIR as the admin queues them (dolly-server cast, or the status page)")
 	imagesDir := fs.String("images", "", "with -serve: the image library, a directory")
 	groupsFile := fs.String("groups", "", "with -serve: the groups of machines (\"lab1: pc01 pc02 52:54:00:*\" per line); only their machines are netbooted and admitted")
