@@ -199,11 +199,17 @@ func (t targetFiles) close() {
 	t.out.Close()
 }
 
-// maxProbeRegion bounds what the target write probe rewrites; probeChunk
-// is what it reads ahead of writing through the page cache: several times
-// what the node writes behind at once (see imaging.WriteBehind), so that
-// starting each chunk leaves the disk idle only briefly.
-const maxProbeRegion, probeChunk = 1 << 30, 32 << 20
+// maxProbeRegion bounds what the target write probe rewrites: a disk
+// slower than 256 MB/s is bounded by the budget first, and a faster one
+// (an NVMe drive, a loop device over a cached file) is timed to the end of
+// the final sync, which puts what its write cache holds on the media, in
+// a quarter of a second rather than the budget's whole second, which the
+// join would wait for (and twice that again for the region's reads).
+// probeChunk is what it reads ahead of writing through the page cache:
+// several times what the node writes behind at once (see
+// imaging.WriteBehind), so that starting each chunk leaves the disk idle
+// only briefly.
+const maxProbeRegion, probeChunk = 256 << 20, 32 << 20
 
 // median is the middle of xs (the mean of the two middle ones for an even
 // count); it sorts xs.
