@@ -1,0 +1,61 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"dolly/dolly/probe"
+	"dolly/internal/units"
+)
+
+// Before it admits a node the server learns the image (its size, how it
+// decodes and compresses) and measures its own machine, so that neither
+// competes with a node's probe for the CPU.
+
+// scan learns a compressed image's raw size and digest before any node is
+// welcomed, so a truncated image is caught before a byte is written.
+func (s *Server) scan(ctx context.Context) {
+	defer close(s.scanned)
+	s.profile, s.scanErr = s.scanImage(ctx)
+}
+
+// scanImage profiles the image for the model; a compressed one is decoded
+// whole on the way (probe.Image), which can take a while: say so.
+func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
+	if !s.img.Encoding.Compressed() {
+		p, err := probe.Image(ctx, s.img, nil)
+		if err != nil || s.cfg.Compress == CompressNo {
+			return p, err
+		}
+		alone := p.EncodeRate
+		err = probe.TimeCompression(ctx, s.img, &p, p.Codec, s.cfg.FrameSize)
+		s.log.Debug("compression timed", "encoder_mbps", mbps(alone), "whole_path_mbps", mbps(p.EncodeRate))
+		return p, err
+	}
+	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)
+	start := time.Now()
+	last := start
+	p, err := probe.Image(ctx, s.img, func(raw int64) {
+		if now := time.Now(); now.Sub(last) >= s.cfg.ProgressEvery {
+			last = now
+			fmt.Fprintf(s.cfg.Out, "  scanned %s so far\n", units.FormatBytes(raw))
+		}
+	})
+	if err != nil {
+		return p, err
+	}
+	fmt.Fprintf(s.cfg.Out, "  %s decodes to %s (compression factor %.2f) in %s\n", s.cfg.Image,
+		units.FormatBytes(s.img.Size), float64(s.img.Size)/float64(s.img.StreamSize), formatDuration(time.Since(start)))
+	return p, nil
+}
+
+// probeSelf measures the source for the capacity model while nodes join.
+func (s *Server) probeSelf(ctx context.Context) {
+	defer close(s.probed)
+	if s.cfg.NoProbe {
+		return
+	}
+	s.probe = probe.Run(ctx, probe.Config{Name: SourceName, Image: s.cfg.Image, Compress: true,
+		Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget, SkipRelay: true, SkipDecoders: s.unusedDecoders()})
+}
