@@ -1,0 +1,107 @@
+// Package blockmap finds which bytes of a partition image its file system
+// uses, so that a cast can leave the free space out: a used disk's free
+// blocks hold old data, which would otherwise be sent, written and
+// verified in full.
+//
+// A Map is what a file system's own allocation records say is in use: the
+// blocks its bitmaps mark, its metadata among them. Where a file system is
+// not recognised there is no map, and the whole image counts as used.
+package blockmap
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+)
+
+// Extent is a run of bytes in use, [Off, Off+Len).
+type Extent struct {
+	Off, Len int64
+}
+
+// End is the first byte past the extent.
+func (e Extent) End() int64 { return e.Off + e.Len }
+
+// Map is the bytes a file system uses of an image of Size bytes, as sorted,
+// disjoint, non-adjacent extents.
+type Map struct {
+	FS        string // the file system, e.g. "ext4"
+	BlockSize int64  // its allocation unit
+	Size      int64  // the image's length
+	Used      []Extent
+}
+
+// UsedBytes is how many bytes of the image are in use.
+func (m Map) UsedBytes() int64 {
+	var n int64
+	for _, e := range m.Used {
+		n += e.Len
+	}
+	return n
+}
+
+// NextUsed reports the run of used bytes at or after off: it starts at
+// start (off itself if off is in use, Size if nothing after off is) and
+// ends at end.
+func (m Map) NextUsed(off int64) (start, end int64) {
+	i, _ := slices.BinarySearchFunc(m.Used, off, func(e Extent, off int64) int {
+		switch {
+		case e.End() <= off:
+			return -1
+		case e.Off > off:
+			return 1
+		}
+		return 0
+	})
+	if i == len(m.Used) {
+		return m.Size, m.Size
+	}
+	e := m.Used[i]
+	return max(e.Off, off), e.End()
+}
+
+// ErrUnknown is returned by Read for an image whose file system it does not
+// know (or that holds none): the whole image is to be sent.
+var ErrUnknown = errors.New("no file system it can map")
+
+// ErrDirty is returned for a file system that was not cleanly unmounted:
+// its bitmaps may not say what its journal or orphans hold.
+var ErrDirty = errors.New("the file system was not cleanly unmounted")
+
+// Read maps the file system of the size-byte image r. It returns
+// ErrUnknown when it recognises none, and wraps ErrDirty when the file
+// system must be checked first.
+func Read(r io.ReaderAt, size int64) (Map, error) {
+	if ok, err := isExt(r); err != nil {
+		return Map{}, err
+	} else if ok {
+		return readExt(r, size)
+	}
+	return Map{}, ErrUnknown
+}
+
+// builder collects used extents in ascending order, merging neighbours.
+type builder struct {
+	used []Extent
+}
+
+func (b *builder) add(off, n int64) {
+	if n <= 0 {
+		return
+	}
+	if k := len(b.used); k > 0 && b.used[k-1].End() >= off {
+		last := &b.used[k-1]
+		last.Len = max(last.End(), off+n) - last.Off
+		return
+	}
+	b.used = append(b.used, Extent{off, n})
+}
+
+// readAt reads len(p) bytes at off, an error naming what was read.
+func readAt(r io.ReaderAt, p []byte, off int64, what string) error {
+	if _, err := r.ReadAt(p, off); err != nil {
+		return fmt.Errorf("reading the %s at byte %d: %w", what, off, err)
+	}
+	return nil
+}
