@@ -14,9 +14,13 @@ import "context"
 // stored run it begins ends at hole. ok is false when the file system
 // cannot tell (a block device, or a file system without SEEK_DATA): the
 // whole file must then be read. Only a raw image's file maps to its bytes.
+// Through a block map (UseMap), free blocks count as holes too.
 func (im *Image) NextData(off int64) (data, hole int64, ok bool) {
 	if im.Encoding != Raw {
 		return 0, 0, false
+	}
+	if im.used != nil {
+		return im.nextUsedData(off)
 	}
 	return nextData(im.f, off, im.StreamSize)
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 
+	"dolly/imaging/blockmap"
 	"dolly/internal/units"
 )
 
@@ -28,6 +29,7 @@ type Image struct {
 	// known after Scan.
 	ZeroBytes int64
 	f         *os.File
+	used      *blockmap.Map // read through it when set (UseMap)
 }
 
 // OpenImage opens an image and detects its encoding from its first bytes.
@@ -80,7 +82,19 @@ func (im *Image) inspect() error {
 
 // Stream returns a reader of the stored bytes from the start, independent
 // of other readers of the same image.
-func (im *Image) Stream() io.Reader { return io.NewSectionReader(im.f, 0, im.StreamSize) }
+func (im *Image) Stream() io.Reader { return io.NewSectionReader(im.reader(), 0, im.StreamSize) }
+
+// reader reads the stored image, through its map if it has one.
+func (im *Image) reader() io.ReaderAt {
+	if im.used != nil {
+		return readerAtFunc(im.readUsed)
+	}
+	return im.f
+}
+
+type readerAtFunc func(p []byte, off int64) (int, error)
+
+func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
 // RLEBytes is how many of a zstd image's raw bytes decode from RLE blocks
 // (ZstdRLEBytes); 0 for other encodings.
@@ -173,8 +187,8 @@ func (im *Image) Scan(ctx context.Context, progress func(raw int64), watch ScanW
 	return nil
 }
 
-// ReadAt reads the stored image at off.
-func (im *Image) ReadAt(p []byte, off int64) (int, error) { return im.f.ReadAt(p, off) }
+// ReadAt reads the stored image at off, through its map if it has one.
+func (im *Image) ReadAt(p []byte, off int64) (int, error) { return im.reader().ReadAt(p, off) }
 
 type countingReader struct {
 	r io.Reader
@@ -214,6 +228,9 @@ func (im *Image) Fingerprint() (string, error) {
 	fmt.Fprintf(h, "%d %s\n", im.StreamSize, im.Encoding)
 	if st, err := im.f.Stat(); err == nil && st.Mode().IsRegular() {
 		fmt.Fprintf(h, "mtime %d\n", st.ModTime().UnixNano())
+	}
+	if im.used != nil {
+		fmt.Fprintf(h, "used %s\n", usedMapDigest(im.used))
 	}
 	const samples, block = 32, 16 << 10
 	buf := make([]byte, block)

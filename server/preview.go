@@ -13,15 +13,24 @@ import (
 // image, its size, zero runs and compressibility replace the file's
 // figures: compressed images are scanned (which proves them whole) and raw
 // ones sampled. The notes say which nodes a cast would serve apart (see
-// serveApart).
-func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSize int) ([]capacity.Result, []string, error) {
+// serveApart). A raw image is read through its block map, as a cast reads
+// it, unless allBlocks.
+func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, allBlocks bool) ([]capacity.Result, []string, error) {
 	t := *topo
+	var notes []string
 	if image != "" {
 		im, err := imaging.OpenImage(image)
 		if err != nil {
 			return nil, nil, err
 		}
 		defer im.Close()
+		note, err := mapImage(im, allBlocks)
+		if err != nil {
+			return nil, nil, err
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
 		p, err := probe.Image(ctx, im, nil)
 		if err != nil {
 			return nil, nil, err
@@ -36,7 +45,7 @@ func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSi
 	if err != nil {
 		return nil, nil, fmt.Errorf("topology %s: %w", topo.Name, err)
 	}
-	return results, apartNotes(t), nil
+	return results, append(notes, apartNotes(t)...), nil
 }
 
 // apartNotes says which nodes of t a cast would serve apart, and how.

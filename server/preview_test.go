@@ -33,7 +33,7 @@ func TestPreviewNotesNodesServedApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, notes, err := Preview(t.Context(), topo, "", 0)
+		results, notes, err := Preview(t.Context(), topo, "", 0, false)
 		if err != nil || len(results) == 0 {
 			t.Fatalf("trunk %s: %d results, %v", tt.trunk, len(results), err)
 		}

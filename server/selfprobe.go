@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"dolly/dolly/probe"
+	"dolly/imaging"
+	"dolly/imaging/blockmap"
 	"dolly/internal/units"
 )
 
@@ -58,4 +61,26 @@ func (s *Server) probeSelf(ctx context.Context) {
 	}
 	s.probe = probe.Run(ctx, probe.Config{Name: SourceName, Image: s.cfg.Image, Compress: true,
 		Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget, SkipRelay: true, SkipDecoders: s.unusedDecoders()})
+}
+
+// mapImage reads the block map of a raw image's file system and has the
+// image read through it, unless allBlocks, and says what it leaves out.
+// An image that holds no file system the map knows is sent whole; one
+// whose file system cannot be trusted is refused before any node joins.
+func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
+	if allBlocks || img.Encoding != imaging.Raw {
+		return "", nil
+	}
+	m, err := img.ReadMap()
+	switch {
+	case errors.Is(err, blockmap.ErrUnknown):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("%w; or pass -all-blocks to send every block as it is", err)
+	}
+	if err := img.UseMap(m); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %s of %s in use; the free blocks are sent as zeros, unread (-all-blocks sends them as they are)",
+		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
 }

@@ -32,6 +32,10 @@ type Config struct {
 	Shape    capacity.Kind
 	Fanout   int      // for trees
 	Compress Compress // whether the stream may be compressed (default auto)
+	// AllBlocks sends every block of a raw image as stored; by default the
+	// free blocks of a file system the image holds go as zeros, unread
+	// (see imaging.Image.UseMap).
+	AllBlocks bool
 	// Topology describes the network for the capacity model; nil assumes
 	// every host on one switch at its probed link speed.
 	Topology *capacity.Topology
@@ -190,6 +194,7 @@ type Server struct {
 	history []byte
 
 	fingerprint string // of the image, for nodes that come back
+	mapNote     string // what the image's block map leaves out, for the console
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
 	signer ed25519.PrivateKey
@@ -259,6 +264,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer img.Close()
 	s.img = img
+	if s.mapNote, err = mapImage(img, cfg.AllBlocks); err != nil {
+		return Summary{}, err
+	}
 	if s.fingerprint, err = img.Fingerprint(); err != nil {
 		return Summary{}, err
 	}
@@ -304,6 +312,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	sum := Summary{Image: s.cfg.Image}
 	fmt.Fprintf(s.cfg.Out, "dolly-server: image %s (%s, %s stored), listening on %s\n",
 		s.cfg.Image, s.img.Encoding, units.FormatBytes(s.img.StreamSize), s.ln.Addr())
+	if s.mapNote != "" {
+		fmt.Fprintf(s.cfg.Out, "  %s\n", s.mapNote)
+	}
 	s.emit(Event{Type: EvListening, Image: &ImageInfo{Path: s.cfg.Image, Bytes: s.img.Size, StreamBytes: s.img.StreamSize,
 		Encoding: s.img.Encoding.String(), Listen: s.ln.Addr().String(), Nodes: s.cfg.Nodes}})
 	if s.cfg.Nodes > 0 {

@@ -106,6 +106,7 @@ func run() int {
 	target := fs.String("target", "", "target on every node that names none: a block device (/dev/sda2) or a disk: query; a node writes a file only when its own -target names it")
 	listen := fs.String("listen", server.DefaultListen, "control address nodes connect to")
 	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
+	allBlocks := fs.Bool("all-blocks", false, "send every block of a raw image as stored; by default the blocks its ext2/3/4 file system marks free go as zeros, unread")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
 	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON")
@@ -170,7 +171,7 @@ func run() int {
 		if topo == nil {
 			return usageErr("-preview needs -topology FILE")
 		}
-		return runPreview(ctx, topo, *image, int(fsz), *output)
+		return runPreview(ctx, topo, *image, int(fsz), *allBlocks, *output)
 	}
 	switch {
 	case *serve && *image != "":
@@ -193,6 +194,7 @@ func run() int {
 		Listen:        *listen,
 		Yes:           *yes,
 		Compress:      comp,
+		AllBlocks:     *allBlocks,
 		Topology:      topo,
 		NoProbe:       *noProbe,
 		NetProbe:      *netProbe,
@@ -389,8 +391,8 @@ func run() int {
 const rebootWait = 3 * time.Minute
 
 // runPreview prints the model's view of every plan and casts nothing.
-func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, output string) int {
-	results, notes, err := server.Preview(ctx, topo, image, frameSize)
+func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, allBlocks bool, output string) int {
+	results, notes, err := server.Preview(ctx, topo, image, frameSize, allBlocks)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 		return cli.ExitNotStarted

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"dolly/internal/testimage"
+	"dolly/server"
+)
+
+// dirtyExt4 makes an ext4 image of size bytes whose free blocks hold old
+// random data (a large random file written, then deleted), holding one
+// random file of keep bytes, which it returns.
+func dirtyExt4(t *testing.T, dir string, size, keep int64) (img string, kept []byte) {
+	t.Helper()
+	for _, tool := range []string{"mke2fs", "debugfs", "e2fsck"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: apt-get install e2fsprogs", tool)
+		}
+	}
+	img = filepath.Join(dir, "golden.img")
+	os.WriteFile(img, nil, 0o644)
+	os.Truncate(img, size)
+	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", img).CombinedOutput(); err != nil {
+		t.Fatalf("mke2fs: %v\n%s", err, out)
+	}
+	old, kf := filepath.Join(dir, "old"), filepath.Join(dir, "keep")
+	junk := make([]byte, size*6/10)
+	rand.Read(junk)
+	os.WriteFile(old, junk, 0o644)
+	kept = make([]byte, keep)
+	rand.Read(kept)
+	os.WriteFile(kf, kept, 0o644)
+	for _, req := range []string{"write " + old + " old", "rm old", "mkdir etc", "write " + kf + " etc/keep"} {
+		if out, err := exec.Command("debugfs", "-w", "-R", req, img).CombinedOutput(); err != nil {
+			t.Fatalf("debugfs %s: %v\n%s", req, err, out)
+		}
+	}
+	return img, kept
+}
+
+// A used ext4 image casts its blocks in use only: the free space, full of
+// a deleted file's data, is not sent; every target checks clean and holds
+// the file. -all-blocks casts it byte for byte.
+func TestDirtyExt4CastsItsUsedBlocks(t *testing.T) {
+	dir := t.TempDir()
+	const size, keep = 64 << 20, 12 << 20
+	img, kept := dirtyExt4(t, dir, size, keep)
+	targets := func(tag string) []string {
+		var ts []string
+		for i := range 2 {
+			p := filepath.Join(dir, fmt.Sprintf("%s%d", tag, i))
+			testimage.Fill(p, 0xFF, size)
+			ts = append(ts, p)
+		}
+		return ts
+	}
+	cast := func(tag string, extra ...string) (server.Report, string, []string) {
+		ts := targets(tag)
+		report := filepath.Join(dir, tag+".json")
+		args := append([]string{"-image", img, "-chain", "-compress", "no", "-report", report}, extra...)
+		r := runCast(t, args, ts, 2*time.Minute)
+		out := r.server.out.String()
+		if r.code != 0 {
+			t.Fatalf("dolly-server %v exited %d:\n%s", extra, r.code, out)
+		}
+		b, err := os.ReadFile(report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep server.Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep, out, ts
+	}
+
+	rep, out, ts := cast("used")
+	if !strings.Contains(out, "ext4: ") || !strings.Contains(out, "free blocks are sent as zeros") {
+		t.Errorf("the server does not say it maps the image:\n%s", out)
+	}
+	// The file, the journal and the metadata: a few MB over the file.
+	if limit := int64(keep) * 3 / 2; rep.StreamBytes > limit {
+		t.Errorf("the stream carried %d bytes for a %d-byte file: the free space went too", rep.StreamBytes, keep)
+	}
+	for i, tg := range ts {
+		if out, err := exec.Command("e2fsck", "-fn", tg).CombinedOutput(); err != nil {
+			t.Errorf("pc%02d: e2fsck -fn: %v\n%s", i+1, err, out)
+		}
+		dump := filepath.Join(dir, fmt.Sprintf("dump%d", i))
+		if out, err := exec.Command("debugfs", "-R", "dump etc/keep "+dump, tg).CombinedOutput(); err != nil {
+			t.Fatalf("pc%02d: debugfs dump: %v\n%s", i+1, err, out)
+		}
+		if got, _ := os.ReadFile(dump); !bytes.Equal(got, kept) {
+			t.Errorf("pc%02d: etc/keep holds %d bytes unlike the golden file's %d", i+1, len(got), len(kept))
+		}
+	}
+
+	all, out, ts := cast("all", "-all-blocks")
+	t.Logf("stream: %d bytes through the map, %d with -all-blocks, of a %d-byte image holding a %d-byte file", rep.StreamBytes, all.StreamBytes, size, keep)
+	if strings.Contains(out, "free blocks are sent") {
+		t.Errorf("-all-blocks still maps the image:\n%s", out)
+	}
+	if all.StreamBytes < size/2 {
+		t.Errorf("-all-blocks sent %d bytes of a %d-byte image whose free space is old data", all.StreamBytes, size)
+	}
+	want, _ := testimage.SHA256(img, -1)
+	for i, tg := range ts {
+		if got, _ := testimage.SHA256(tg, size); got != want {
+			t.Errorf("pc%02d: with -all-blocks the target differs from the image", i+1)
+		}
+	}
+}
+
+// A file system that was not cleanly unmounted is refused before any node
+// joins, with the way out.
+func TestDirtyFlagRefused(t *testing.T) {
+	dir := t.TempDir()
+	img, _ := dirtyExt4(t, dir, 16<<20, 1<<20)
+	if out, err := exec.Command("debugfs", "-w", "-R", "ssv state 0", img).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v\n%s", err, out)
+	}
+	p := start(t, "dolly-server", "-image", img, "-nodes", "1", "-listen", freePort(t), "-http", "off")
+	if code := p.wait(t, 10*time.Second); code == 0 {
+		t.Fatalf("dolly-server cast a file system not cleanly unmounted:\n%s", p.out.String())
+	}
+	for _, want := range []string{"not cleanly unmounted", "e2fsck", "-all-blocks"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, p.out.String())
+		}
+	}
+}
