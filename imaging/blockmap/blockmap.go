@@ -4,8 +4,9 @@
 // verified in full.
 //
 // A Map is what a file system's own allocation records say is in use: the
-// blocks its bitmaps mark, its metadata among them. Where a file system is
-// not recognised there is no map, and the whole image counts as used.
+// blocks its bitmaps (ext2/3/4) or its table (FAT12/16/32) mark, its
+// metadata among them; of a swap area, its header. Where none is
+// recognised there is no map, and the whole image counts as used.
 package blockmap
 
 import (
@@ -78,7 +79,31 @@ func Read(r io.ReaderAt, size int64) (Map, error) {
 	} else if ok {
 		return readExt(r, size)
 	}
+	head := make([]byte, swapPage)
+	n, err := r.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Map{}, fmt.Errorf("reading the image's first blocks: %w", err)
+	}
+	head = head[:n]
+	if b, ok := parseFAT(head); ok {
+		return readFAT(r, b, size)
+	}
+	if isSwap(head) {
+		// Swap holds nothing worth keeping past its header: what it held
+		// was the memory of a machine long off.
+		var b builder
+		b.add(0, swapPage)
+		return Map{FS: "swap", BlockSize: swapPage, Size: size, Used: b.used}, nil
+	}
 	return Map{}, ErrUnknown
+}
+
+// swapPage is the page size of the swap areas mapped: their signature
+// ends the first page.
+const swapPage = 4096
+
+func isSwap(head []byte) bool {
+	return len(head) == swapPage && (string(head[swapPage-10:]) == "SWAPSPACE2" || string(head[swapPage-10:]) == "SWAP-SPACE")
 }
 
 // builder collects used extents in ascending order, merging neighbours.
