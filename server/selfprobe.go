@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"dolly/dolly/probe"
@@ -71,6 +73,9 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 	if allBlocks || img.Encoding != imaging.Raw {
 		return "", nil
 	}
+	if path := blockmap.FindBmap(img.Path); path != "" {
+		return useBmap(img, path)
+	}
 	m, err := img.ReadMap()
 	switch {
 	case errors.Is(err, blockmap.ErrUnknown):
@@ -83,4 +88,28 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 	}
 	return fmt.Sprintf("%s: %s of %s in use; the free blocks are sent as zeros, unread (-all-blocks sends them as they are)",
 		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
+}
+
+// bmapCheck is how much of an image its .bmap's checksums are checked on
+// before the cast: enough to catch a map of another image.
+const bmapCheck = 64 << 20
+
+// useBmap has the image read through the .bmap at path.
+func useBmap(img *imaging.Image, path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("the bmap beside image %s: %w", img.Path, err)
+	}
+	m, checks, err := blockmap.ParseBmap(data, img.Size)
+	if err == nil {
+		err = blockmap.VerifyBmap(img, checks, bmapCheck)
+	}
+	if err != nil {
+		return "", fmt.Errorf("image %s: its bmap %s: %w; remove the bmap, or pass -all-blocks to send every block as it is", img.Path, path, err)
+	}
+	if err := img.UseMap(m); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s maps %s of %s; the rest is sent as zeros, unread (-all-blocks sends it as it is)",
+		filepath.Base(path), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
 }

@@ -147,3 +147,62 @@ func TestDirtyFlagRefused(t *testing.T) {
 		}
 	}
 }
+
+// A .bmap beside a raw image is its map: the blocks it lists are cast, the
+// rest go as zeros; a .bmap whose checksums the image does not match is
+// refused before any node joins.
+func TestBmapBesideTheImage(t *testing.T) {
+	dir := t.TempDir()
+	const size, block = 16 << 20, 4096
+	img := filepath.Join(dir, "nt.img")
+	if err := testimage.Write(img, size, 11, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(img)
+	ranges := [][2]int64{{0, 255}, {1024, 1279}, {4000, 4095}} // 2.4 MB of 16.8
+	os.WriteFile(filepath.Join(dir, "nt.bmap"), []byte(testimage.Bmap(data, block, ranges)), 0o644)
+	var ts []string
+	for i := range 2 {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d", i))
+		testimage.Fill(p, 0xFF, size)
+		ts = append(ts, p)
+	}
+	report := filepath.Join(dir, "report.json")
+	r := runCast(t, []string{"-image", img, "-chain", "-compress", "no", "-report", report}, ts, time.Minute)
+	if r.code != 0 {
+		t.Fatalf("dolly-server exited %d:\n%s", r.code, r.server.out.String())
+	}
+	if !strings.Contains(r.server.out.String(), "nt.bmap maps 2.5 MB of 16.8 MB") {
+		t.Errorf("the server does not say it casts by the bmap:\n%s", r.server.out.String())
+	}
+	var rep server.Report
+	b, _ := os.ReadFile(report)
+	json.Unmarshal(b, &rep)
+	if rep.StreamBytes > 3<<20 {
+		t.Errorf("the stream carried %d bytes for 2.5 MB mapped", rep.StreamBytes)
+	}
+	want := make([]byte, size)
+	for _, rg := range ranges {
+		copy(want[rg[0]*block:(rg[1]+1)*block], data[rg[0]*block:(rg[1]+1)*block])
+	}
+	for i, tg := range ts {
+		got, _ := os.ReadFile(tg)
+		if !bytes.Equal(got[:size], want) {
+			t.Errorf("pc%02d: the target is not the mapped blocks with zeros between", i+1)
+		}
+	}
+
+	// The image changed since the bmap was made.
+	f, _ := os.OpenFile(img, os.O_RDWR, 0)
+	f.WriteAt([]byte{^data[100]}, 100)
+	f.Close()
+	p := start(t, "dolly-server", "-image", img, "-nodes", "1", "-listen", freePort(t), "-http", "off")
+	if code := p.wait(t, 10*time.Second); code == 0 {
+		t.Fatalf("dolly-server cast an image its bmap does not match:\n%s", p.out.String())
+	}
+	for _, want := range []string{"nt.bmap", "does not match its bmap", "-all-blocks"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, p.out.String())
+		}
+	}
+}
