@@ -5,8 +5,10 @@
 //
 // A Map is what a file system's own allocation records say is in use: the
 // blocks its bitmaps (ext2/3/4) or its table (FAT12/16/32) mark, its
-// metadata among them; of a swap area, its header. Where none is
-// recognised there is no map, and the whole image counts as used.
+// metadata among them; of a swap area, its header; of a whole disk (MBR or
+// GPT), its tables and gaps and each partition as its own file system
+// maps. Where none is recognised there is no map, and the whole image
+// counts as used.
 package blockmap
 
 import (
@@ -85,8 +87,14 @@ func Read(r io.ReaderAt, size int64) (Map, error) {
 		return Map{}, fmt.Errorf("reading the image's first blocks: %w", err)
 	}
 	head = head[:n]
+	if isGPT(head) {
+		return readDisk(r, size)
+	}
 	if b, ok := parseFAT(head); ok {
 		return readFAT(r, b, size)
+	}
+	if hasMBR(head) {
+		return readDisk(r, size)
 	}
 	if isSwap(head) {
 		// Swap holds nothing worth keeping past its header: what it held
