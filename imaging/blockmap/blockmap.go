@@ -4,7 +4,7 @@
 // verified in full.
 //
 // A Map is what a file system's own allocation records say is in use: the
-// blocks its bitmaps (ext2/3/4) or its table (FAT12/16/32) mark, its
+// blocks its bitmaps (ext2/3/4, NTFS) or its table (FAT12/16/32) mark, its
 // metadata among them; of a swap area, its header; of a whole disk (MBR or
 // GPT), its tables and gaps and each partition as its own file system
 // maps. Where none is recognised there is no map, and the whole image
@@ -89,6 +89,9 @@ func Read(r io.ReaderAt, size int64) (Map, error) {
 	head = head[:n]
 	if isGPT(head) {
 		return readDisk(r, size)
+	}
+	if isNTFS(head) {
+		return readNTFS(r, head, size)
 	}
 	if b, ok := parseFAT(head); ok {
 		return readFAT(r, b, size)
