@@ -8,9 +8,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"dolly/imaging"
+	"dolly/imaging/blockmap"
 	"dolly/internal/lab"
 	"dolly/internal/sampleimage"
 	"dolly/internal/testimage"
@@ -109,6 +114,52 @@ type image struct {
 	size    int64
 	zstSize int64
 	sha256  string // of raw, hex
+	// mapped is the sha256 of raw as dolly casts it by default: read
+	// through its file system's block map, free blocks as zeros; used is
+	// how many of its bytes the map keeps.
+	mapped string
+	used   int64
+}
+
+// castSHA256 is what a run leaves on each target: the image, or for a
+// dolly cast that maps it, the image with its free blocks zeroed.
+func (img image) castSHA256(r runSpec) string {
+	if r.method == "dolly" && !r.allBlocks && img.mapped != "" {
+		return img.mapped
+	}
+	return img.sha256
+}
+
+// mappedSHA256 hashes the raw image as dolly reads it through its block
+// map, and says how much of it the map keeps.
+func mappedSHA256(path string) (string, int64, error) {
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer im.Close()
+	m, err := im.ReadMap()
+	if errors.Is(err, blockmap.ErrUnknown) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	if err := im.UseMap(m); err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, im.Stream()); err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), m.UsedBytes(), nil
+}
+
+func junkNote(spec sampleimage.Spec) string {
+	if spec.Junk == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d MiB of deleted data in its free space", spec.Junk>>20)
 }
 
 // makeImages builds the sample ext4 images the plan needs.
@@ -116,7 +167,7 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 	out := map[string]image{}
 	for name, spec := range specs {
 		img := image{name: name, raw: filepath.Join(dir, name+".img"), size: spec.Size}
-		fmt.Printf("labbench: building the %s image (%d MiB ext4 with %d MiB of files)…\n", name, spec.Size>>20, spec.Files>>20)
+		fmt.Printf("labbench: building the %s image (%d MiB ext4 with %d MiB of files%s)…\n", name, spec.Size>>20, spec.Files>>20, junkNote(spec))
 		if err := sampleimage.Build(ctx, img.raw, spec); err != nil {
 			return nil, err
 		}
@@ -125,6 +176,13 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 			return nil, fmt.Errorf("hashing %s: %w", img.raw, err)
 		}
 		img.sha256 = sum
+		if img.mapped, img.used, err = mappedSHA256(img.raw); err != nil {
+			return nil, fmt.Errorf("mapping %s: %w", img.raw, err)
+		}
+		if spec.Junk == 0 && img.mapped != img.sha256 {
+			// Free space of zeros reads the same through the map.
+			return nil, fmt.Errorf("%s read through its block map differs from the file: the map leaves out blocks in use", img.raw)
+		}
 		img.zst = img.raw + ".zst"
 		if out, err := exec.CommandContext(ctx, "zstd", "-q", "-f", "-3", "-T0", img.raw, "-o", img.zst).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("zstd: %v: %s", err, out)

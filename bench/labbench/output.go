@@ -150,7 +150,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	}
 	for _, mbit := range []float64{100, 1000} {
 		rows := filterResults(results, func(r result) bool {
-			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0
+			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.image != "dirty"
 		})
 		if len(rows) == 0 {
 			continue

@@ -31,6 +31,9 @@ type runSpec struct {
 	// source's and a far one, joined by a trunk this fast, and the runs
 	// pass the lab's topology file.
 	trunkMbit float64
+	// allBlocks casts every block of the image as stored (-all-blocks),
+	// the free ones of its file system too.
+	allBlocks bool
 }
 
 // linkName says how fast a lab's links are.
@@ -62,6 +65,9 @@ func (r runSpec) String() string {
 	case r.trunkMbit > 0:
 		s += fmt.Sprintf(", two switches joined at %v Mbit/s", r.trunkMbit)
 	}
+	if r.allBlocks {
+		s += " -all-blocks"
+	}
 	return s
 }
 
@@ -69,10 +75,13 @@ func (r runSpec) String() string {
 // within the time budget; the stars of 12 and 24 over Fast Ethernet, which
 // share the server's link 12 and 24 ways, a tiny one, a quarter of the
 // small one; the headline comparison uses 1 GiB.
+// The dirty image is the large one as a used disk is: 600 MiB of its free
+// space hold the data of a file deleted since.
 var imageSpecs = map[string]sampleimage.Spec{
 	"tiny":  {Size: 64 << 20, Files: 24 << 20},
 	"small": {Size: 256 << 20, Files: 96 << 20},
 	"large": {Size: 1 << 30, Files: 360 << 20},
+	"dirty": {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20},
 }
 
 type benchPlan []runSpec
@@ -203,7 +212,17 @@ func fullPlan() benchPlan {
 			giga[i].image = "small"
 		}
 	}
-	return append(append(append(append(p, giga...), slowNodePlan()...), twoSwitchPlan()...), unshapedPlan()...)
+	return append(append(append(append(append(p, dirtyPlan()...), giga...), slowNodePlan()...), twoSwitchPlan()...), unshapedPlan()...)
+}
+
+// dirtyPlan casts the dirty image to 4 nodes at 100 Mbit/s as a user does
+// (-auto), and with -all-blocks, which sends its free space too.
+func dirtyPlan() benchPlan {
+	var p benchPlan
+	for _, all := range []bool{false, true} {
+		p = append(p, runSpec{method: "dolly", topology: "auto", compression: "auto", nodes: 4, mbit: 100, image: "dirty", allBlocks: all})
+	}
+	return p
 }
 
 // unshapedPlan is a chain of 4 on veth links left unshaped: as fast as

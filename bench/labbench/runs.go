@@ -36,6 +36,8 @@ type result struct {
 	lateMeasured   float64   // MB/s of image at the late node, from its joining
 	farMeasured    float64   // MB/s of image at the far switch's slowest node (two switches)
 	farWire        float64   // and of the stream, what the trunk carried to it
+	streamBytes    int64     // what the source sent (dolly only)
+	imageUsed      int64     // bytes of the image its block map keeps
 	bottleneck     string
 	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
 	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
@@ -141,6 +143,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 		err = fmt.Errorf("unknown method %q", r.method)
 	}
 	res.runSpec = r
+	res.imageUsed = img.used
 	res.busy = (probe.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
 	res.steal = (stolenCPU() - steal0).Seconds() / time.Since(start).Seconds()
 	samples := trace()
@@ -154,7 +157,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	}
 	res.cores = runtime.NumCPU()
 	if err == nil && verify {
-		err = e.check(img, r.nodes-1)
+		err = e.check(img, r.nodes-1, img.castSHA256(r))
 	}
 	if err != nil {
 		res.err = err.Error()
@@ -237,6 +240,9 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	default:
 		args = append(args, "-image", img.raw, "-compress", "no")
 	}
+	if r.allBlocks {
+		args = append(args, "-all-blocks")
+	}
 	switch r.topology {
 	case "chain":
 		args = append(args, "-chain")
@@ -316,6 +322,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 	}
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
 	res.joins = []float64{rep.JoinSeconds}
+	res.streamBytes = rep.StreamBytes
 	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {
 		if n.Name == lateHost {
@@ -398,12 +405,12 @@ func (e *labEnv) scribble(img image, node int) error {
 
 // check compares one target (the last node's, the one furthest down the
 // line) with the image, byte for byte, as a check on the bench itself.
-func (e *labEnv) check(img image, node int) error {
+func (e *labEnv) check(img image, node int, want string) error {
 	got, err := testimage.SHA256(e.disks[img.name][node], img.size)
 	if err != nil {
 		return err
 	}
-	if got != img.sha256 {
+	if got != want {
 		return fmt.Errorf("pc%02d's target differs from the image", node+1)
 	}
 	return nil

@@ -200,13 +200,13 @@ func TestScribbleCheck(t *testing.T) {
 	}
 	img := image{name: "x", raw: raw, size: int64(len(data)), sha256: sum}
 	e := &labEnv{disks: map[string][]string{"x": {disk}}}
-	if err := e.check(img, 0); err != nil {
+	if err := e.check(img, 0, img.sha256); err != nil {
 		t.Fatalf("check of a disk holding the image: %v", err)
 	}
 	if err := e.scribble(img, 0); err != nil {
 		t.Fatal(err)
 	}
-	err = e.check(img, 0)
+	err = e.check(img, 0, img.sha256)
 	if err == nil || !strings.Contains(err.Error(), "pc01's target differs from the image") {
 		t.Fatalf("check after scribbling = %v, want pc01's target differs", err)
 	}
@@ -282,5 +282,25 @@ func TestJoinPhaseOfTheLargestLab(t *testing.T) {
 	}
 	if _, ok := joinPhase([]result{{runSpec: runSpec{method: "udpcast", nodes: 24}}}); ok {
 		t.Error("a join phase stated without a dolly cast")
+	}
+}
+
+func TestUsedDiskChecks(t *testing.T) {
+	run := func(all bool, measured float64, stream int64) result {
+		return result{runSpec: runSpec{method: "dolly", topology: "auto", compression: "auto", nodes: 4, mbit: 100, image: "dirty", allBlocks: all},
+			measured: measured, streamBytes: stream, imageUsed: 400e6}
+	}
+	lines := strings.Join(acceptance([]result{run(false, 80, 300e6), run(true, 20, 900e6)}), "\n")
+	for _, want := range []string{
+		"PASS used disk's image, auto: 80.00 MB/s per node through its block map, 4.0× the 20.00 of -all-blocks (goal: 3×)",
+		"PASS used disk's image, auto: 300.0 MB sent for 400.0 MB in use, 0.75× (goal: at most 1.1×)",
+	} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("checks lack %q:\n%s", want, lines)
+		}
+	}
+	img := image{sha256: "plain", mapped: "mapped"}
+	if img.castSHA256(runSpec{method: "dolly"}) != "mapped" || img.castSHA256(runSpec{method: "dolly", allBlocks: true}) != "plain" || img.castSHA256(runSpec{method: "udpcast"}) != "plain" {
+		t.Error("castSHA256 does not say what each run leaves on the targets")
 	}
 }

@@ -1,7 +1,8 @@
 // Package sampleimage builds a realistic disk image for demos and
 // benchmarks: an ext4 filesystem made with mkfs.ext4 -d from real files on
 // this machine (source code, documentation, libraries and programs, so the
-// content compresses unevenly), the rest of it free space full of zeros.
+// content compresses unevenly), the rest of it free space: zeros, or, as
+// on a disk that has been used, the data of files deleted since (Junk).
 package sampleimage
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,9 @@ import (
 type Spec struct {
 	Size  int64 // image size in bytes (a multiple of 4 KiB)
 	Files int64 // bytes of files to copy in, at most
+	// Junk is how many bytes of random data a file wrote and left behind
+	// when it was deleted: free blocks that are not zeros.
+	Junk int64
 	// Roots are the directories files are taken from, in order. Default:
 	// Go sources, documentation, shared libraries and programs.
 	Roots []string
@@ -53,6 +58,35 @@ func Build(ctx context.Context, path string, spec Spec) error {
 		"-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", staging, path, fmt.Sprintf("%dk", spec.Size/1024))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if spec.Junk > 0 {
+		return leaveJunk(ctx, path, staging, spec.Junk)
+	}
+	return nil
+}
+
+// leaveJunk writes n bytes of random data into the file system at path as
+// a file, and deletes it: its blocks are free again, and keep the data.
+func leaveJunk(ctx context.Context, path, dir string, n int64) error {
+	junk := filepath.Join(dir, "junk")
+	f, err := os.Create(junk)
+	if err != nil {
+		return err
+	}
+	var seed [32]byte
+	copy(seed[:], "dolly sample image: deleted data")
+	if _, err := io.CopyN(f, rand.NewChaCha8(seed), n); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	defer os.Remove(junk)
+	for _, req := range []string{"write " + junk + " junk", "rm junk"} {
+		if out, err := exec.CommandContext(ctx, "debugfs", "-w", "-R", req, path).CombinedOutput(); err != nil {
+			return fmt.Errorf("debugfs %s: %v: %s", req, err, strings.TrimSpace(string(out)))
+		}
 	}
 	return nil
 }

@@ -38,3 +38,44 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("%d data blocks, %d zero blocks: want ~8 MB of files and mostly free space", data, zero)
 	}
 }
+
+// A dirty image's free space holds the deleted data: read through its
+// block map it is zeros again, and the files' blocks are the same.
+func TestBuildWithJunk(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "debugfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (e2fsprogs)", tool)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "dirty.img")
+	if err := Build(t.Context(), path, Spec{Size: 64 << 20, Files: 8 << 20, Junk: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := os.ReadFile(path)
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	m, err := im.ReadMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im.UseMap(m)
+	mapped := make([]byte, len(stored))
+	if _, err := im.ReadAt(mapped, 0); err != nil {
+		t.Fatal(err)
+	}
+	var junk, differ int
+	for off := 0; off < len(stored); off += imaging.ZeroBlock {
+		s, r := stored[off:off+imaging.ZeroBlock], mapped[off:off+imaging.ZeroBlock]
+		if !imaging.IsZero(s) && imaging.IsZero(r) {
+			junk++
+		} else if string(s) != string(r) {
+			differ++
+		}
+	}
+	if junk*imaging.ZeroBlock < 30<<20 || differ != 0 {
+		t.Errorf("%d blocks of deleted data in the free space (want ~32 MiB), %d blocks otherwise changed by the map", junk, differ)
+	}
+}
