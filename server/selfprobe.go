@@ -100,12 +100,31 @@ func useBmap(img *imaging.Image, path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the bmap beside image %s: %w", img.Path, err)
 	}
+	refuse := func(err error) (string, error) {
+		return "", fmt.Errorf("image %s: its bmap %s: %w; remove the bmap, or pass -all-blocks to send every block as it is", img.Path, path, err)
+	}
+	// A bmap made before the image last changed may miss blocks in use
+	// since: its checksums see only the blocks it lists.
+	if bst, err := os.Stat(path); err == nil {
+		if ist, err := os.Stat(img.Path); err == nil && ist.Mode().IsRegular() && ist.ModTime().After(bst.ModTime()) {
+			return refuse(fmt.Errorf("the image changed after the bmap was made (%s, bmap %s)",
+				ist.ModTime().Format(time.DateTime), bst.ModTime().Format(time.DateTime)))
+		}
+	}
 	m, checks, err := blockmap.ParseBmap(data, img.Size)
 	if err == nil {
 		err = blockmap.VerifyBmap(img, checks, bmapCheck)
 	}
 	if err != nil {
-		return "", fmt.Errorf("image %s: its bmap %s: %w; remove the bmap, or pass -all-blocks to send every block as it is", img.Path, path, err)
+		return refuse(err)
+	}
+	// The file system's own map, where there is one, keeps what it uses
+	// even if the bmap left it out.
+	switch fsm, err := img.ReadMap(); {
+	case err == nil:
+		m = blockmap.Union(m, fsm)
+	case !errors.Is(err, blockmap.ErrUnknown):
+		return "", fmt.Errorf("%w; or pass -all-blocks to send every block as it is", err)
 	}
 	if err := img.UseMap(m); err != nil {
 		return "", err

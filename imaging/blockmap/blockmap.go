@@ -12,6 +12,7 @@
 package blockmap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -75,31 +76,48 @@ var ErrDirty = errors.New("the file system was not cleanly unmounted")
 // Read maps the file system of the size-byte image r. It returns
 // ErrUnknown when it recognises none, and wraps ErrDirty when the file
 // system must be checked first.
-func Read(r io.ReaderAt, size int64) (Map, error) {
-	if ok, err := isExt(r); err != nil {
-		return Map{}, err
-	} else if ok {
-		return readExt(r, size)
-	}
+func Read(r io.ReaderAt, size int64) (Map, error) { return read(r, size, true) }
+
+// read maps r; disks says whether a partition table may be followed (not
+// within a partition).
+func read(r io.ReaderAt, size int64, disks bool) (Map, error) {
 	head := make([]byte, swapPage)
 	n, err := r.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return Map{}, fmt.Errorf("reading the image's first blocks: %w", err)
 	}
 	head = head[:n]
-	if isGPT(head) {
-		return readDisk(r, size)
+	ext, err := isExt(r)
+	if err != nil {
+		return Map{}, err
 	}
-	if isNTFS(head) {
+	bpb, fat := parseFAT(head)
+	found := map[string]bool{"ext": ext, "FAT": fat, "NTFS": isNTFS(head), "swap": isSwap(head)}
+	var signs []string
+	for _, name := range []string{"ext", "FAT", "NTFS", "swap"} {
+		if found[name] {
+			signs = append(signs, name)
+		}
+	}
+	table := partitionTable(head, size)
+	switch {
+	case table != "" && len(signs) > 0:
+		// A disk partitioned after it was formatted whole (or the other
+		// way round) keeps both: which is live is not for the map to guess.
+		return Map{}, fmt.Errorf("both a partition table (%s) and the signature of %s at its start: %w", table, signs[0], ErrUnknown)
+	case table != "" && !disks:
+		return Map{}, fmt.Errorf("a partition table within a partition: %w", ErrUnknown)
+	case table != "":
+		return readDisk(r, size, table == "GPT")
+	case len(signs) > 1:
+		return Map{}, fmt.Errorf("the signatures of %v at once: %w", signs, ErrUnknown)
+	case ext:
+		return readExt(r, size)
+	case found["NTFS"]:
 		return readNTFS(r, head, size)
-	}
-	if b, ok := parseFAT(head); ok {
-		return readFAT(r, b, size)
-	}
-	if hasMBR(head) {
-		return readDisk(r, size)
-	}
-	if isSwap(head) {
+	case fat:
+		return readFAT(r, bpb, size)
+	case found["swap"]:
 		// Swap holds nothing worth keeping past its header: what it held
 		// was the memory of a machine long off.
 		var b builder
@@ -115,6 +133,19 @@ const swapPage = 4096
 
 func isSwap(head []byte) bool {
 	return len(head) == swapPage && (string(head[swapPage-10:]) == "SWAPSPACE2" || string(head[swapPage-10:]) == "SWAP-SPACE")
+}
+
+// Union is the bytes either map keeps, of images of a's size.
+func Union(a, b Map) Map {
+	all := append(slices.Clone(a.Used), b.Used...)
+	slices.SortFunc(all, func(x, y Extent) int { return cmp.Compare(x.Off, y.Off) })
+	var bl builder
+	for _, e := range all {
+		bl.add(e.Off, e.Len)
+	}
+	u := a
+	u.FS, u.BlockSize, u.Used = a.FS+" and "+b.FS, min(a.BlockSize, b.BlockSize), bl.used
+	return u
 }
 
 // builder collects used extents in ascending order, merging neighbours.

@@ -70,3 +70,12 @@ func TestFindBmap(t *testing.T) {
 		t.Errorf("nt.img.bmap beside nt.img: %q", got)
 	}
 }
+
+func TestUnion(t *testing.T) {
+	a := blockmap.Map{FS: "bmap", BlockSize: 4096, Size: 100, Used: []blockmap.Extent{{0, 10}, {50, 10}}}
+	b := blockmap.Map{FS: "ext4", BlockSize: 1024, Size: 100, Used: []blockmap.Extent{{5, 10}, {30, 5}, {60, 5}}}
+	u := blockmap.Union(a, b)
+	if want := "[{0 15} {30 5} {50 15}]"; fmt.Sprint(u.Used) != want || u.FS != "bmap and ext4" || u.BlockSize != 1024 {
+		t.Errorf("union %+v, want extents %s", u, want)
+	}
+}

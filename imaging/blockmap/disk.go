@@ -3,6 +3,7 @@ package blockmap
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/diskfs/go-diskfs/partition"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/diskfs/go-diskfs/partition/mbr"
 	"github.com/diskfs/go-diskfs/partition/part"
 )
 
@@ -23,29 +26,52 @@ import (
 // sectorSize is the logical sector of the disk images mapped.
 const sectorSize = 512
 
-// isGPT says whether head (the image's first sectors) holds a GPT header.
-func isGPT(head []byte) bool {
-	return len(head) >= 2*sectorSize && bytes.Equal(head[sectorSize:sectorSize+8], []byte("EFI PART"))
-}
-
-// hasMBR says whether head's first sector ends with the boot signature
-// and has at least one partition entry that is not empty.
-func hasMBR(head []byte) bool {
-	if len(head) < sectorSize || head[510] != 0x55 || head[511] != 0xAA {
-		return false
+// partitionTable names the partition table at the start of an image of
+// size bytes whose first sectors are head: "GPT" (its primary header), "MBR"
+// (entries that all make sense: a boot flag of 0 or 0x80, partitions
+// inside the image), or "" for none. A protective MBR whose GPT header is
+// missing counts as none that can be read.
+func partitionTable(head []byte, size int64) string {
+	if len(head) >= 2*sectorSize && bytes.Equal(head[sectorSize:sectorSize+8], []byte("EFI PART")) {
+		return "GPT"
 	}
+	if len(head) < sectorSize || head[510] != 0x55 || head[511] != 0xAA {
+		return ""
+	}
+	le := binary.LittleEndian
+	some := false
 	for i := range 4 {
 		e := head[446+16*i:][:16]
-		if e[4] != 0 { // a partition type
-			return true
+		if e[0] != 0 && e[0] != 0x80 {
+			return ""
 		}
+		if e[4] == 0 {
+			continue
+		}
+		start, n := int64(le.Uint32(e[8:])), int64(le.Uint32(e[12:]))
+		if e[4] == 0xEE || start < 1 || n == 0 || (start+n)*sectorSize > size {
+			return ""
+		}
+		some = true
 	}
-	return false
+	if !some {
+		return ""
+	}
+	return "MBR"
 }
 
 // readDisk maps the partitions of a whole disk's image.
-func readDisk(r io.ReaderAt, size int64) (Map, error) {
-	t, err := partition.Read(&readerFile{SectionReader: io.NewSectionReader(r, 0, size)}, sectorSize, sectorSize)
+func readDisk(r io.ReaderAt, size int64, isGPT bool) (Map, error) {
+	f := &readerFile{SectionReader: io.NewSectionReader(r, 0, size)}
+	var t partition.Table
+	var err error
+	if isGPT {
+		t, err = gpt.Read(f, sectorSize, sectorSize)
+	} else {
+		// Not partition.Read: it would take a GPT's backup header at the
+		// end of an MBR disk for a live table.
+		t, err = mbr.Read(f, sectorSize, sectorSize)
+	}
 	if err != nil {
 		return Map{}, fmt.Errorf("partition table: %v: %w", err, ErrUnknown)
 	}
@@ -61,12 +87,12 @@ func readDisk(r io.ReaderAt, size int64) (Map, error) {
 	off := int64(0)
 	for _, p := range parts {
 		start, n := p.GetStart(), p.GetSize()
-		if start < off || start+n > size {
+		if start < max(off, sectorSize) || start+n > size {
 			return Map{}, fmt.Errorf("%s partition %d (bytes %d-%d) overlaps another or lies past the image's %d bytes: %w",
 				t.Type(), p.GetIndex(), start, start+n-1, size, ErrUnknown)
 		}
 		b.add(off, start-off)
-		m, err := Read(io.NewSectionReader(r, start, n), n)
+		m, err := read(io.NewSectionReader(r, start, n), n, false)
 		switch {
 		case errors.Is(err, ErrUnknown):
 			b.add(start, n)

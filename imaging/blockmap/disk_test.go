@@ -3,6 +3,8 @@ package blockmap
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,5 +126,44 @@ func TestDiskMap(t *testing.T) {
 				t.Error("the root's file differs in the copy")
 			}
 		})
+	}
+}
+
+// Where a disk holds both a partition table and a file system's signature
+// at its start (formatted whole, then partitioned, or the other way round),
+// the map does not guess which is live; a partition that starts at the
+// table itself is no partition.
+func TestDiskMapAmbiguous(t *testing.T) {
+	for _, tool := range []string{"sfdisk", "mke2fs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	const size = 64 << 20
+	img := filepath.Join(t.TempDir(), "disk.img")
+	os.WriteFile(img, nil, 0o644)
+	os.Truncate(img, size)
+	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", img).CombinedOutput(); err != nil {
+		t.Fatalf("mke2fs: %v\n%s", err, out)
+	}
+	cmd := exec.Command("sfdisk", "-q", "--wipe", "never", img)
+	cmd.Stdin = strings.NewReader("label: dos\nstart=2048, type=83\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sfdisk: %v\n%s", err, out)
+	}
+	f, _ := os.Open(img)
+	defer f.Close()
+	if m, err := Read(f, size); !errors.Is(err, ErrUnknown) {
+		t.Errorf("an ext4 superblock under an MBR: mapped as %q (%v), want ErrUnknown", m.FS, err)
+	}
+
+	// An MBR whose one partition starts at sector 0 (isohybrid images).
+	head := make([]byte, 512)
+	head[510], head[511] = 0x55, 0xAA
+	e := head[446:]
+	e[4] = 0x83
+	binary.LittleEndian.PutUint32(e[12:], 1000)
+	if m, err := Read(bytes.NewReader(append(head, make([]byte, size-512)...)), size); !errors.Is(err, ErrUnknown) {
+		t.Errorf("a partition at sector 0: mapped as %q (%v), want ErrUnknown", m.FS, err)
 	}
 }

@@ -24,13 +24,20 @@ const (
 	extSuperOff = 1024
 	extMagic    = 0xEF53
 
-	extStateClean = 0x1
+	extStateClean  = 0x1
+	extStateErrors = 0x2
 
 	extCompatSparseSuper2 = 0x200
 
 	extIncompatRecover = 0x4
 	extIncompatMetaBG  = 0x10
 	extIncompat64Bit   = 0x80
+	// extIncompatKnown are the features whose file systems keep their
+	// block bitmaps as the map reads them: filetype, recover (refused
+	// apart), meta_bg (refused apart), extents, 64bit, mmp, flex_bg,
+	// ea_inode, dirdata, csum_seed, largedir, inline_data, encrypt,
+	// casefold. Any other (a journal device, compression) is not mapped.
+	extIncompatKnown = 0x2 | 0x4 | 0x10 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x1000 | 0x2000 | 0x4000 | 0x8000 | 0x10000 | 0x20000
 
 	extROCompatSparseSuper = 0x1
 	extROCompatGDTCsum     = 0x10
@@ -135,12 +142,18 @@ func readExt(r io.ReaderAt, size int64) (Map, error) {
 	if err != nil {
 		return Map{}, err
 	}
-	fsBytes := int64(s.blocks) * s.blockSize
-	if fsBytes > size {
-		return Map{}, fmt.Errorf("%s of %d bytes in an image of %d: the image is cut short", s.name, fsBytes, size)
+	if s.blocks > uint64(size/s.blockSize) {
+		return Map{}, fmt.Errorf("%s of %d blocks of %d bytes in an image of %d: the image is cut short", s.name, s.blocks, s.blockSize, size)
 	}
+	fsBytes := int64(s.blocks) * s.blockSize
 	if s.state&extStateClean == 0 || s.incompat&extIncompatRecover != 0 {
 		return Map{}, fmt.Errorf("%s: %w (its journal is to be replayed, or it is still mounted): run e2fsck first", s.name, ErrDirty)
+	}
+	if s.state&extStateErrors != 0 {
+		return Map{}, fmt.Errorf("%s: %w: the kernel found errors in it, so its bitmaps are in doubt: run e2fsck -f first", s.name, ErrDirty)
+	}
+	if unknown := s.incompat &^ extIncompatKnown; unknown != 0 {
+		return Map{}, fmt.Errorf("%s with incompatible features %#x: %w", s.name, unknown, ErrUnknown)
 	}
 	// Layouts this reader does not place the metadata of: the whole image
 	// is sent rather than a guess.
@@ -194,7 +207,13 @@ func readExt(r io.ReaderAt, size int64) (Map, error) {
 			if s.hasSuperBackup(g) {
 				b.add(int64(first)*s.blockSize, int64(1+gdtBlocks+uint64(s.reservedGDT))*s.blockSize)
 			}
-			for _, m := range metas {
+			// Metadata that starts up to an inode table's length before
+			// the group may reach into it.
+			from, _ := slices.BinarySearchFunc(metas, first-min(first, itable), func(m meta, b uint64) int { return cmp.Compare(m.start, b) })
+			for _, m := range metas[from:] {
+				if m.start >= first+n {
+					break
+				}
 				lo, hi := max(m.start, first), min(m.start+m.blocks, first+n)
 				if lo < hi {
 					b.add(int64(lo)*s.blockSize, int64(hi-lo)*s.blockSize)

@@ -193,6 +193,17 @@ func TestExtMapRefuses(t *testing.T) {
 		t.Errorf("a dirty ext4: %v, want ErrDirty saying to run e2fsck", err)
 	}
 
+	// Cleanly unmounted, but with errors the kernel found in it.
+	img = mkfs(t, 16<<20, "-t", "ext4")
+	if out, err := exec.Command("debugfs", "-w", "-R", "ssv state 3", img).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v\n%s", err, out)
+	}
+	e, _ := os.Open(img)
+	defer e.Close()
+	if _, err := Read(e, 16<<20); !errors.Is(err, ErrDirty) || !strings.Contains(err.Error(), "errors") {
+		t.Errorf("an ext4 with errors: %v, want ErrDirty saying so", err)
+	}
+
 	// Cut short: the file system is larger than the image.
 	h, _ := os.Open(mkfs(t, 16<<20, "-t", "ext4"))
 	defer h.Close()

@@ -22,6 +22,7 @@ type fatBPB struct {
 	kind                    string // FAT12, FAT16 or FAT32
 	clusters                uint32
 	firstData               uint32 // sector
+	active                  uint32 // the table kept, with FAT32's mirroring off
 	dirty                   bool
 }
 
@@ -55,9 +56,14 @@ func parseFAT(bs []byte) (fatBPB, bool) {
 		b.totalSec = le.Uint32(bs[0x20:])
 	}
 	stateOff := 0x25
-	if b.fatSec == 0 { // FAT32
+	fat32 := b.fatSec == 0
+	if fat32 {
 		b.fatSec = le.Uint32(bs[0x24:])
 		stateOff = 0x41
+		// With mirroring off (bit 7) only the active table is kept.
+		if flags := le.Uint16(bs[0x28:]); flags&0x80 != 0 {
+			b.active = uint32(flags & 0x0F)
+		}
 	}
 	rootSec := (b.rootEntries*32 + b.bytesPerSec - 1) / b.bytesPerSec
 	b.firstData = b.reserved + b.fats*b.fatSec + rootSec
@@ -65,13 +71,18 @@ func parseFAT(bs []byte) (fatBPB, bool) {
 		return fatBPB{}, false
 	}
 	b.clusters = (b.totalSec - b.firstData) / b.secPerClus
+	// As Linux tells them: FAT32 by its boot sector, FAT12 from FAT16 by
+	// the count of clusters.
 	switch {
+	case fat32:
+		b.kind = "FAT32"
 	case b.clusters < 4085:
 		b.kind = "FAT12"
-	case b.clusters < 65525:
-		b.kind = "FAT16"
 	default:
-		b.kind = "FAT32"
+		b.kind = "FAT16"
+	}
+	if b.active >= b.fats {
+		return fatBPB{}, false
 	}
 	// The driver that mounts a volume marks it dirty in the boot sector
 	// until it unmounts cleanly (Linux, Windows).
@@ -120,7 +131,7 @@ func readFAT(r io.ReaderAt, b fatBPB, size int64) (Map, error) {
 		return Map{}, fmt.Errorf("%s: a table of %d sectors for %d clusters: is it corrupt? (fsck.fat)", b.kind, b.fatSec, b.clusters)
 	}
 	table := make([]byte, tableBytes+1) // +1: FAT12's last entry reads a byte past
-	if err := readAt(r, table[:tableBytes], int64(b.reserved)*sec, b.kind+" table"); err != nil {
+	if err := readAt(r, table[:tableBytes], int64(b.reserved+b.active*b.fatSec)*sec, b.kind+" table"); err != nil {
 		return Map{}, err
 	}
 	if b.dirty || !b.cleanShutdown(table) {

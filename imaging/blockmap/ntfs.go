@@ -26,8 +26,15 @@ func isNTFS(head []byte) bool {
 	return len(head) >= 512 && bytes.Equal(head[3:11], []byte("NTFS    ")) && head[510] == 0x55 && head[511] == 0xAA
 }
 
-// readNTFS maps an NTFS volume from its $Bitmap.
-func readNTFS(r io.ReaderAt, head []byte, size int64) (Map, error) {
+// readNTFS maps an NTFS volume from its $Bitmap. The reader is a library
+// that parses whatever the image holds: a panic in it is the image's
+// error, not the server's.
+func readNTFS(r io.ReaderAt, head []byte, size int64) (m Map, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m, err = Map{}, fmt.Errorf("NTFS: the reader failed on it (%v): is it corrupt? (chkdsk)", p)
+		}
+	}()
 	le := binary.LittleEndian
 	sector := int64(le.Uint16(head[0x0B:]))
 	perCluster := int64(head[0x0D])
@@ -45,13 +52,13 @@ func readNTFS(r io.ReaderAt, head []byte, size int64) (Map, error) {
 	}
 	ctx, err := ntfs.GetNTFSContext(r, 0)
 	if err != nil {
-		return Map{}, fmt.Errorf("NTFS: %v: is it corrupt? (ntfsfix -n)", err)
+		return Map{}, fmt.Errorf("NTFS: %v (clusters over 64 KiB are not read): %w", err, ErrUnknown)
 	}
 	defer ctx.Close()
-	if dirty, err := ntfsDirty(ctx); err != nil {
+	if why, err := ntfsUnclean(ctx); err != nil {
 		return Map{}, err
-	} else if dirty {
-		return Map{}, fmt.Errorf("NTFS: %w (or Windows hibernated it): run chkdsk, or ntfsfix -d", ErrDirty)
+	} else if why != "" {
+		return Map{}, fmt.Errorf("NTFS: %w: %s", ErrDirty, why)
 	}
 	entry, err := ctx.GetMFT(ntfsBitmapRecord)
 	if err != nil {
@@ -72,19 +79,73 @@ func readNTFS(r io.ReaderAt, head []byte, size int64) (Map, error) {
 	return Map{FS: "NTFS", BlockSize: clusterBytes, Size: size, Used: b.used}, nil
 }
 
-// ntfsDirty reads the dirty flag of $Volume's information.
-func ntfsDirty(ctx *ntfs.NTFSContext) (bool, error) {
+// ntfsUnclean says why the volume's bitmap cannot be trusted as it
+// stands, as ntfs-3g refuses to mount it: chkdsk is due ($Volume's dirty
+// flag), its $LogFile holds transactions not yet applied, or Windows
+// hibernated it (hiberfil.sys, which Fast Startup leaves too). "" if clean.
+func ntfsUnclean(ctx *ntfs.NTFSContext) (string, error) {
 	entry, err := ctx.GetMFT(ntfsVolumeRecord)
 	if err != nil {
-		return false, fmt.Errorf("NTFS $Volume: %v", err)
+		return "", fmt.Errorf("NTFS $Volume: %v", err)
 	}
 	info, err := ntfs.OpenStream(ctx, entry, ntfsVolumeInfo, ntfs.WILDCARD_STREAM_ID, ntfs.WILDCARD_STREAM_NAME)
 	if err != nil {
-		return false, fmt.Errorf("NTFS $Volume information: %v", err)
+		return "", fmt.Errorf("NTFS $Volume information: %v", err)
 	}
 	buf := make([]byte, 12)
 	if n, _ := info.ReadAt(buf, 0); n < len(buf) {
-		return false, fmt.Errorf("NTFS $Volume information: %d bytes", n)
+		return "", fmt.Errorf("NTFS $Volume information: %d bytes", n)
 	}
-	return binary.LittleEndian.Uint16(buf[10:])&ntfsVolumeDirty != 0, nil
+	if binary.LittleEndian.Uint16(buf[10:])&ntfsVolumeDirty != 0 {
+		return "it is marked dirty: run chkdsk on it in Windows", nil
+	}
+	if clean, err := ntfsLogClean(ctx); err != nil {
+		return "", err
+	} else if !clean {
+		return "its $LogFile holds transactions not yet applied: start Windows and shut it down fully", nil
+	}
+	if hib, err := ntfs.GetDataForPath(ctx, "hiberfil.sys"); err == nil {
+		magic := make([]byte, 4)
+		if n, _ := hib.ReadAt(magic, 0); n == 4 && bytes.EqualFold(magic, []byte("hibr")) {
+			return "Windows hibernated it (or Fast Startup did): start Windows and shut it down fully (shutdown /s /t 0)", nil
+		}
+	}
+	return "", nil
+}
+
+const (
+	ntfsLogRecord     = 2      // $LogFile
+	ntfsLogNoClient   = 0xFFFF // no client in use
+	ntfsLogVolumeIsOK = 0x0002 // RESTART_VOLUME_IS_CLEAN
+)
+
+// ntfsLogClean reads the first restart page of $LogFile: clean when it was
+// never written (all 0xFF, as mkntfs and ntfs-3g leave it), or when its
+// restart area has no client in use or says the volume is clean.
+func ntfsLogClean(ctx *ntfs.NTFSContext) (bool, error) {
+	entry, err := ctx.GetMFT(ntfsLogRecord)
+	if err != nil {
+		return false, fmt.Errorf("NTFS $LogFile: %v", err)
+	}
+	log, err := ntfs.OpenStream(ctx, entry, ntfs.ATTR_TYPE_DATA, ntfs.WILDCARD_STREAM_ID, ntfs.WILDCARD_STREAM_NAME)
+	if err != nil {
+		return false, fmt.Errorf("NTFS $LogFile: %v", err)
+	}
+	page := make([]byte, 512)
+	if n, _ := log.ReadAt(page, 0); n < len(page) {
+		return false, fmt.Errorf("NTFS $LogFile: %d bytes", n)
+	}
+	if bytes.Count(page, []byte{0xFF}) == len(page) {
+		return true, nil
+	}
+	if string(page[:4]) != "RSTR" {
+		return false, nil // CHKD (chkdsk stopped mid-way), or not a log
+	}
+	le := binary.LittleEndian
+	area := int(le.Uint16(page[0x18:]))
+	if area+16 > len(page) {
+		return false, nil
+	}
+	inUse, flags := le.Uint16(page[area+12:]), le.Uint16(page[area+14:])
+	return inUse == ntfsLogNoClient || flags&ntfsLogVolumeIsOK != 0, nil
 }

@@ -192,17 +192,25 @@ func TestBmapBesideTheImage(t *testing.T) {
 		}
 	}
 
-	// The image changed since the bmap was made.
+	// The image changed since the bmap was made: refused by the dates,
+	// and with the dates made to agree, by the checksums.
 	f, _ := os.OpenFile(img, os.O_RDWR, 0)
 	f.WriteAt([]byte{^data[100]}, 100)
 	f.Close()
-	p := start(t, "dolly-server", "-image", img, "-nodes", "1", "-listen", freePort(t), "-http", "off")
-	if code := p.wait(t, 10*time.Second); code == 0 {
-		t.Fatalf("dolly-server cast an image its bmap does not match:\n%s", p.out.String())
-	}
-	for _, want := range []string{"nt.bmap", "does not match its bmap", "-all-blocks"} {
-		if !strings.Contains(p.out.String(), want) {
-			t.Errorf("the refusal does not say %q:\n%s", want, p.out.String())
+	refused := func(why string) {
+		t.Helper()
+		p := start(t, "dolly-server", "-image", img, "-nodes", "1", "-listen", freePort(t), "-http", "off")
+		if code := p.wait(t, 10*time.Second); code == 0 {
+			t.Fatalf("dolly-server cast an image its bmap does not match:\n%s", p.out.String())
+		}
+		for _, want := range []string{"nt.bmap", why, "-all-blocks"} {
+			if !strings.Contains(p.out.String(), want) {
+				t.Errorf("the refusal does not say %q:\n%s", want, p.out.String())
+			}
 		}
 	}
+	refused("the image changed after the bmap was made")
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(filepath.Join(dir, "nt.bmap"), later, later)
+	refused("does not match its bmap")
 }
