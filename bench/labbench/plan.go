@@ -92,16 +92,25 @@ type group struct {
 	mbit      float64
 	slowMbit  float64
 	trunkMbit float64
-	maxNodes  int
-	runs      []runSpec
+	// own is set for runs with a lab of their own: the used disk's image,
+	// whose disks the matrix's 24 nodes need not all hold.
+	own      string
+	maxNodes int
+	runs     []runSpec
 }
 
 func (p benchPlan) groups() []group {
 	var gs []group
 	for _, r := range p {
-		i := slices.IndexFunc(gs, func(g group) bool { return g.mbit == r.mbit && g.slowMbit == r.slowMbit && g.trunkMbit == r.trunkMbit })
+		own := ""
+		if r.image == "dirty" {
+			own = r.image
+		}
+		i := slices.IndexFunc(gs, func(g group) bool {
+			return g.mbit == r.mbit && g.slowMbit == r.slowMbit && g.trunkMbit == r.trunkMbit && g.own == own
+		})
 		if i < 0 {
-			gs = append(gs, group{mbit: r.mbit, slowMbit: r.slowMbit, trunkMbit: r.trunkMbit})
+			gs = append(gs, group{mbit: r.mbit, slowMbit: r.slowMbit, trunkMbit: r.trunkMbit, own: own})
 			i = len(gs) - 1
 		}
 		gs[i].runs = append(gs[i].runs, r)

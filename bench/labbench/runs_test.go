@@ -304,3 +304,18 @@ func TestUsedDiskChecks(t *testing.T) {
 		t.Error("castSHA256 does not say what each run leaves on the targets")
 	}
 }
+
+// The used disk's image has a lab of its own: the matrix's 24 nodes need
+// not each hold a disk of it.
+func TestDirtyRunsHaveALabOfTheirOwn(t *testing.T) {
+	for _, g := range fullPlan().groups() {
+		for _, r := range g.runs {
+			if (r.image == "dirty") != (g.own == "dirty") {
+				t.Errorf("run %s in the group of %v Mbit/s (own %q)", r, g.mbit, g.own)
+			}
+		}
+		if g.own == "dirty" && g.maxNodes != 4 {
+			t.Errorf("the used disk's lab has %d nodes", g.maxNodes)
+		}
+	}
+}
