@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"dolly/internal/units"
 )
@@ -124,6 +125,11 @@ type Target struct {
 	zero   zeroer
 	direct *directWriter // nil: writes go through the page cache
 	behind *WriteBehind  // set when they do and are written behind
+	// noDiscard is set once the target refuses a discard: free ranges
+	// are left as they are from then on.
+	noDiscard atomic.Bool
+	discarded atomic.Int64 // bytes given up by Discard
+	left      atomic.Int64 // bytes Discard left as they were
 }
 
 // OpenTarget checks the target again and opens it for writing an image of
@@ -243,6 +249,44 @@ func (t *Target) ZeroRange(off, n int64) error {
 	}
 	return zero()
 }
+
+// Discard gives up [off, off+n), which need not read back as anything in
+// particular: the device is told it may drop those blocks (BLKDISCARD; a
+// punched hole in a file) where it can, and else they are left as they
+// are. Only the whole pages of the range are discarded.
+func (t *Target) Discard(off, n int64) error {
+	if off < 0 || n < 0 || off+n > t.limit {
+		return fmt.Errorf("target %s: discarding %d bytes at offset %d is beyond the image length %d", t.Path, n, off, t.limit)
+	}
+	start := (off + ZeroBlock - 1) / ZeroBlock * ZeroBlock
+	end := (off + n) / ZeroBlock * ZeroBlock
+	if end <= start || t.noDiscard.Load() {
+		t.left.Add(n)
+		return nil
+	}
+	t.left.Add(n - (end - start))
+	give := func() error {
+		ok, err := discard(t.f, t.block, start, end-start)
+		switch {
+		case err != nil:
+			return fmt.Errorf("target %s: discarding %d bytes at offset %d: %w", t.Path, end-start, start, err)
+		case !ok:
+			t.noDiscard.Store(true)
+			t.left.Add(end - start)
+		default:
+			t.discarded.Add(end - start)
+		}
+		return nil
+	}
+	if t.direct != nil {
+		return t.direct.zero(give) // in order behind the writes before it
+	}
+	return give()
+}
+
+// Freed reports how many bytes Discard gave up and how many it left as
+// they were.
+func (t *Target) Freed() (discarded, left int64) { return t.discarded.Load(), t.left.Load() }
 
 // ReadAt reads back what the target holds, for verification.
 func (t *Target) ReadAt(p []byte, off int64) (int, error) {

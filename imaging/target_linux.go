@@ -75,3 +75,28 @@ func (z *linuxZeroer) blockZero(off, n int64) error {
 	}
 	return nil
 }
+
+// discard gives up [off, off+n), which the caller has aligned to whole
+// pages: BLKDISCARD on a block device, a punched hole in a file. It
+// reports false, not an error, when the target cannot: the range is then
+// left as it is.
+func discard(f *os.File, block bool, off, n int64) (bool, error) {
+	if !block {
+		err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	r := [2]uint64{uint64(off), uint64(n)}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKDISCARD, uintptr(unsafe.Pointer(&r)))
+	switch errno {
+	case 0:
+		return true, nil
+	case unix.EOPNOTSUPP, unix.ENOTTY, unix.EINVAL, unix.EBUSY, unix.EPERM:
+		// EPERM: a read-only or secure-erase-only device; EBUSY: claimed
+		// by a file system mounted on it (-force).
+		return false, nil
+	}
+	return false, errno
+}

@@ -65,16 +65,22 @@ func (s *Server) probeSelf(ctx context.Context) {
 		Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget, SkipRelay: true, SkipDecoders: s.unusedDecoders()})
 }
 
+// maxUsedMap bounds the block map a welcome carries: a longer one is sent
+// coarser (blockmap.Map.Encode), and the nodes zero the small free gaps
+// it counts as used.
+const maxUsedMap = 256 << 10
+
 // mapImage reads the block map of a raw image's file system and has the
-// image read through it, unless allBlocks, and says what it leaves out.
+// image read through it, unless allBlocks, and says what it leaves out
+// and what the nodes do with it (zeroFree: write zeros there).
 // An image that holds no file system the map knows is sent whole; one
 // whose file system cannot be trusted is refused before any node joins.
-func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
+func mapImage(img *imaging.Image, allBlocks, zeroFree bool) (string, error) {
 	if allBlocks || img.Encoding != imaging.Raw {
 		return "", nil
 	}
 	if path := blockmap.FindBmap(img.Path); path != "" {
-		return useBmap(img, path)
+		return useBmap(img, path, freeNote(zeroFree))
 	}
 	m, err := img.ReadMap()
 	switch {
@@ -86,8 +92,16 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 	if err := img.UseMap(m); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s: %s of %s in use; the free blocks are sent as zeros, unread (-all-blocks sends them as they are)",
-		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
+	return fmt.Sprintf("%s: %s of %s in use; %s",
+		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), freeNote(zeroFree)), nil
+}
+
+// freeNote says what becomes of the free blocks.
+func freeNote(zeroFree bool) string {
+	if zeroFree {
+		return "the free blocks are not sent and are written as zeros (-all-blocks sends them as they are)"
+	}
+	return "the free blocks are not sent, and the nodes discard them where the disk can, else leave them as they are (-zero-free writes zeros, -all-blocks sends them as they are)"
 }
 
 // bmapCheck is how much of an image its .bmap's checksums are checked on
@@ -95,7 +109,7 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 const bmapCheck = 64 << 20
 
 // useBmap has the image read through the .bmap at path.
-func useBmap(img *imaging.Image, path string) (string, error) {
+func useBmap(img *imaging.Image, path, note string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("the bmap beside image %s: %w", img.Path, err)
@@ -129,6 +143,6 @@ func useBmap(img *imaging.Image, path string) (string, error) {
 	if err := img.UseMap(m); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s maps %s of %s; the rest is sent as zeros, unread (-all-blocks sends it as it is)",
-		filepath.Base(path), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
+	return fmt.Sprintf("%s maps %s of %s; %s",
+		filepath.Base(path), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), note), nil
 }

@@ -36,6 +36,9 @@ type Config struct {
 	// free blocks of a file system the image holds go as zeros, unread
 	// (see imaging.Image.UseMap).
 	AllBlocks bool
+	// ZeroFree has the nodes write those free blocks as zeros; by default
+	// they discard them where the disk can, or leave them as they are.
+	ZeroFree bool
 	// Topology describes the network for the capacity model; nil assumes
 	// every host on one switch at its probed link speed.
 	Topology *capacity.Topology
@@ -195,6 +198,7 @@ type Server struct {
 
 	fingerprint string // of the image, for nodes that come back
 	mapNote     string // what the image's block map leaves out, for the console
+	usedMap     []byte // that map for the nodes' welcome, unless they zero free blocks
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
 	signer ed25519.PrivateKey
@@ -264,8 +268,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer img.Close()
 	s.img = img
-	if s.mapNote, err = mapImage(img, cfg.AllBlocks); err != nil {
+	if s.mapNote, err = mapImage(img, cfg.AllBlocks, cfg.ZeroFree); err != nil {
 		return Summary{}, err
+	}
+	if m := img.UsedMap(); m != nil && !cfg.ZeroFree {
+		if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
+			return Summary{}, fmt.Errorf("image %s: %w", img.Path, err)
+		}
 	}
 	if s.fingerprint, err = img.Fingerprint(); err != nil {
 		return Summary{}, err

@@ -122,7 +122,10 @@ type image struct {
 }
 
 // castSHA256 is what a run leaves on each target: the image, or for a
-// dolly cast that maps it, the image with its free blocks zeroed.
+// dolly cast that maps it, the image with its free blocks zeroed. The
+// nodes discard free blocks rather than zero them, and the lab's loop
+// devices read a discarded range back as zeros (a hole in the backing
+// file), so the whole target is checked here too.
 func (img image) castSHA256(r runSpec) string {
 	if r.method == "dolly" && !r.allBlocks && img.mapped != "" {
 		return img.mapped

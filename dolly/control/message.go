@@ -172,6 +172,10 @@ type Welcome struct {
 	// on the fly (imaging.EncoderID): a server that takes the cast up
 	// again must have the same one.
 	Encoder string `json:"encoder,omitempty"`
+	// UsedMap, for an image read through its file system's block map,
+	// is that map (blockmap.Map.Encode): the node may discard or leave
+	// what it does not mark in use rather than zero it.
+	UsedMap []byte `json:"used_map,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

@@ -166,7 +166,11 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 			n.ctl.send(control.Message{Type: control.MsgFail, Reason: err.Error()})
 		},
 	}
-	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, tg, &n.counters, hooks)
+	var w imaging.BlockWriter = tg
+	if n.used != nil {
+		w = imaging.SkipFree(tg, *n.used)
+	}
+	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, w, &n.counters, hooks)
 	if errors.Is(err, castkey.ErrAuth) {
 		// Frames that do not verify (forged by an upstream, or altered on
 		// the way) never reach the target; say so at once, not when the
@@ -176,6 +180,9 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 	}
 	if err == nil {
 		err = tg.Sync()
+	}
+	if discarded, left := tg.Freed(); discarded+left > 0 {
+		n.log.Info("free blocks not written", "discarded", discarded, "left", left)
 	}
 	received <- receipt{digest: d, err: err}
 }

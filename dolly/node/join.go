@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/ecdh"
+	"dolly/imaging/blockmap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,17 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		return nil, n.fail("the server gave no data tokens (an older server?): anyone could feed this node")
 	}
 	n.setTokens(m.Welcome)
+	n.used = nil
+	if len(n.welcome.UsedMap) > 0 {
+		used, err := blockmap.Decode(n.welcome.UsedMap)
+		if err == nil && used.Size != n.welcome.ImageSize {
+			err = fmt.Errorf("a map of %d bytes for an image of %d", used.Size, n.welcome.ImageSize)
+		}
+		if err != nil {
+			return nil, n.fail(fmt.Sprintf("the server's block map: %v", err))
+		}
+		n.used = &used
+	}
 	if n.cfg.Key != nil {
 		signKey, err := control.CheckSignKey(n.cfg.ServerKey, n.welcome.Cast, &n.welcome)
 		if err != nil {

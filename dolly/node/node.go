@@ -7,6 +7,7 @@ package node
 import (
 	"context"
 	"crypto/ed25519"
+	"dolly/imaging/blockmap"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,6 +121,9 @@ type node struct {
 	// an unkeyed one.
 	frameKey *stream.FrameKey
 	target   string
+	// used is the image's block map from the welcome: free ranges need
+	// not be zeroed. nil: every zero run is zeroed.
+	used     *blockmap.Map
 	probed   probesReceived // the bandwidth probes this node received
 	relay    *relay.Relay
 	history  []byte // memory for the relay's history, mapped (relay.NewHistory)

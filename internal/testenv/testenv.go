@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Written is how many bytes process pid has passed to write calls
@@ -73,4 +75,23 @@ func Run(t testing.TB, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// RemoveLoopDevice removes a detached loop device, so that the next one
+// made is new: some of a loop device's settings outlive its attachments.
+func RemoveLoopDevice(t testing.TB, dev string) {
+	t.Helper()
+	var nr int
+	if _, err := fmt.Sscanf(dev, "/dev/loop%d", &nr); err != nil {
+		return
+	}
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		t.Errorf("removing %s: %v", dev, err)
+		return
+	}
+	defer ctl.Close()
+	if err := unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_REMOVE, nr); err != nil {
+		t.Errorf("removing %s: %v", dev, err)
+	}
 }
