@@ -46,6 +46,7 @@ fuzz:
 	@$(call fuzz1,FuzzDetect,imaging)
 	@$(call fuzz1,FuzzOpenImage,imaging)
 	@$(call fuzz1,FuzzSparseWriter,imaging)
+	@$(call fuzz1,FuzzDecode,imaging/blockmap)
 	@$(call fuzz1,FuzzParsePacket,boot)
 	@$(call fuzz1,FuzzTFTPRequest,boot)
 

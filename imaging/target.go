@@ -284,6 +284,20 @@ func (t *Target) Discard(off, n int64) error {
 	return give()
 }
 
+// Disk is the whole target, past the image's length too, and its size:
+// for fitting a whole disk's partition table to it once the image is
+// written. What was queued is written first.
+func (t *Target) Disk() (*os.File, int64, error) {
+	if err := t.flush(); err != nil {
+		return nil, 0, err
+	}
+	size, err := t.f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, 0, fmt.Errorf("target %s: reading its size: %w", t.Path, err)
+	}
+	return t.f, size, nil
+}
+
 // Freed reports how many bytes Discard gave up and how many it left as
 // they were.
 func (t *Target) Freed() (discarded, left int64) { return t.discarded.Load(), t.left.Load() }

@@ -140,7 +140,7 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	s.mu.Unlock()
 	w := control.Welcome{Cast: cast, Image: s.cfg.Image, ImageSize: s.img.Size, Target: s.cfg.Target,
 		Fingerprint: s.fingerprint, Resumed: n.resumed, Encrypted: s.cfg.Key != nil && s.cfg.Encrypt,
-		MeasureTarget: s.confirmed(), Probe: n.probes, SkipDecoders: s.unusedDecoders(), UsedMap: s.usedMap}
+		MeasureTarget: s.confirmed(), Probe: n.probes, SkipDecoders: s.unusedDecoders(), UsedMap: s.usedMap, Disk: s.disk}
 	if s.signer != nil {
 		w.SignKey = s.signer.Public().(ed25519.PublicKey)
 		w.SignKeySig = control.SignSignKey(s.identity, cast, w.SignKey)

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"dolly/dolly/control"
 	"dolly/dolly/probe"
 	"dolly/imaging"
 	"dolly/imaging/blockmap"
+	"dolly/imaging/wholedisk"
 	"dolly/internal/units"
 )
 
@@ -102,6 +104,28 @@ func freeNote(zeroFree bool) string {
 		return "the free blocks are not sent and are written as zeros (-all-blocks sends them as they are)"
 	}
 	return "the free blocks are not sent, and the nodes discard them where the disk can, else leave them as they are (-zero-free writes zeros, -all-blocks sends them as they are)"
+}
+
+// diskLayout reads the partition layout of a whole disk's raw image for
+// the nodes, which fit it to their disks; nil for any other image. With
+// growLast the image must be a whole disk's.
+func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) {
+	if img.Encoding != imaging.Raw {
+		if growLast {
+			return nil, fmt.Errorf("-grow-last: image %s is %s; only a raw whole-disk image has its partitions fitted to each disk", img.Path, img.Encoding)
+		}
+		return nil, nil
+	}
+	l, err := wholedisk.Read(img, img.Size)
+	switch {
+	case errors.Is(err, wholedisk.ErrNotDisk) && growLast:
+		return nil, fmt.Errorf("-grow-last: image %s is not a whole disk's (no MBR or GPT partition table at its start)", img.Path)
+	case errors.Is(err, wholedisk.ErrNotDisk):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("image %s: %w", img.Path, err)
+	}
+	return &control.DiskLayout{Table: l.Table, MinSize: l.MinSize, GrowLast: growLast}, nil
 }
 
 // bmapCheck is how much of an image its .bmap's checksums are checked on

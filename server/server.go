@@ -39,6 +39,10 @@ type Config struct {
 	// ZeroFree has the nodes write those free blocks as zeros; by default
 	// they discard them where the disk can, or leave them as they are.
 	ZeroFree bool
+	// GrowLast has each node grow the last partition of a whole disk's
+	// image to the end of its disk, and the file system in it where it
+	// can; the image must hold an MBR or GPT.
+	GrowLast bool
 	// Topology describes the network for the capacity model; nil assumes
 	// every host on one switch at its probed link speed.
 	Topology *capacity.Topology
@@ -196,9 +200,10 @@ type Server struct {
 	// nodes join (see relay.NewHistory); the first source takes it.
 	history []byte
 
-	fingerprint string // of the image, for nodes that come back
-	mapNote     string // what the image's block map leaves out, for the console
-	usedMap     []byte // that map for the nodes' welcome, unless they zero free blocks
+	fingerprint string              // of the image, for nodes that come back
+	mapNote     string              // what the image's block map leaves out, for the console
+	usedMap     []byte              // that map for the nodes' welcome, unless they zero free blocks
+	disk        *control.DiskLayout // the image's partition layout, if it is a whole disk's
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
 	signer ed25519.PrivateKey
@@ -271,6 +276,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if s.mapNote, err = mapImage(img, cfg.AllBlocks, cfg.ZeroFree); err != nil {
 		return Summary{}, err
 	}
+	if s.disk, err = diskLayout(img, cfg.GrowLast); err != nil {
+		return Summary{}, err
+	}
 	if m := img.UsedMap(); m != nil && !cfg.ZeroFree {
 		if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
 			return Summary{}, fmt.Errorf("image %s: %w", img.Path, err)
@@ -323,6 +331,13 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		s.cfg.Image, s.img.Encoding, units.FormatBytes(s.img.StreamSize), s.ln.Addr())
 	if s.mapNote != "" {
 		fmt.Fprintf(s.cfg.Out, "  %s\n", s.mapNote)
+	}
+	if d := s.disk; d != nil {
+		grow := "its partitions keep their sizes (-grow-last grows the last one)"
+		if d.GrowLast {
+			grow = "the last partition grows to the end of each disk"
+		}
+		fmt.Fprintf(s.cfg.Out, "  a whole disk (%s): a disk of at least %s takes it; %s\n", d.Table, units.FormatBytes(d.MinSize), grow)
 	}
 	s.emit(Event{Type: EvListening, Image: &ImageInfo{Path: s.cfg.Image, Bytes: s.img.Size, StreamBytes: s.img.StreamSize,
 		Encoding: s.img.Encoding.String(), Listen: s.ln.Addr().String(), Nodes: s.cfg.Nodes}})

@@ -176,6 +176,20 @@ type Welcome struct {
 	// is that map (blockmap.Map.Encode): the node may discard or leave
 	// what it does not mark in use rather than zero it.
 	UsedMap []byte `json:"used_map,omitempty"`
+	// Disk, for the image of a whole disk, is its partition layout: the
+	// node fits the table to its own disk once the image is written.
+	Disk *DiskLayout `json:"disk,omitempty"`
+}
+
+// DiskLayout is what the image of a whole disk asks of a target.
+type DiskLayout struct {
+	Table string `json:"table"` // "GPT" or "MBR"
+	// MinSize is the smallest target that holds every partition (and a
+	// GPT's backup table): a smaller one is refused before the cast.
+	MinSize int64 `json:"min_size"`
+	// GrowLast has the last partition grow to the end of the target, and
+	// its file system with it where the node can.
+	GrowLast bool `json:"grow_last,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

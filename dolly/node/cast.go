@@ -150,7 +150,11 @@ func (n *node) onRelayEvent(ev relay.Event) {
 
 // receive writes the stream to the target and reports the outcome.
 func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
-	tg, err := imaging.OpenTarget(n.target, h.ImageSize, imaging.TargetOptions{Direct: !n.cfg.Buffered, Shared: n.cfg.Force})
+	size := h.ImageSize
+	if n.welcome.Disk != nil && n.targetSize > 0 {
+		size = min(size, n.targetSize) // checked at join: every partition fits
+	}
+	tg, err := imaging.OpenTarget(n.target, size, imaging.TargetOptions{Direct: !n.cfg.Buffered, Shared: n.cfg.Force})
 	if err != nil {
 		n.relay.DropLocalCopy()
 		received <- receipt{err: err}
@@ -167,8 +171,11 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 		},
 	}
 	var w imaging.BlockWriter = tg
+	if size < h.ImageSize {
+		w = imaging.Clip(tg, size)
+	}
 	if n.used != nil {
-		w = imaging.SkipFree(tg, *n.used)
+		w = imaging.SkipFree(w, *n.used)
 	}
 	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, w, &n.counters, hooks)
 	if errors.Is(err, castkey.ErrAuth) {
@@ -183,6 +190,9 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 	}
 	if discarded, left := tg.Freed(); discarded+left > 0 {
 		n.log.Info("free blocks not written", "discarded", discarded, "left", left)
+	}
+	if err == nil && n.welcome.Disk != nil {
+		err = n.fitDisk(tg, h.ImageSize)
 	}
 	received <- receipt{digest: d, err: err}
 }

@@ -170,10 +170,15 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 	if err := imaging.CheckTargetUse(n.target); err != nil && !(n.cfg.Force && errors.Is(err, imaging.ErrTargetInUse)) {
 		return control.Ready{}, n.fail(err.Error())
 	}
-	info, err := imaging.CheckTarget(n.target, n.welcome.ImageSize)
+	need := n.welcome.ImageSize
+	if d := n.welcome.Disk; d != nil {
+		need = min(need, d.MinSize) // a smaller disk that holds every partition
+	}
+	info, err := imaging.CheckTarget(n.target, need)
 	if err != nil {
 		return control.Ready{}, n.fail(err.Error())
 	}
+	n.targetSize = info.Size
 	n.log.Info("joined", "image", n.welcome.Image, "size", n.welcome.ImageSize, "target", n.target)
 	ready := control.Ready{Target: n.target, TargetSize: info.Size, Block: info.Block}
 	if n.welcome.Probe && !n.cfg.NoProbe {

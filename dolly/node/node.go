@@ -121,6 +121,9 @@ type node struct {
 	// an unkeyed one.
 	frameKey *stream.FrameKey
 	target   string
+	// targetSize is the target's size when the node joined (0: a file
+	// it will create).
+	targetSize int64
 	// used is the image's block map from the welcome: free ranges need
 	// not be zeroed. nil: every zero run is zeroed.
 	used     *blockmap.Map

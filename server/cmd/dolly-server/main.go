@@ -107,6 +107,7 @@ func run() int {
 	listen := fs.String("listen", server.DefaultListen, "control address nodes connect to")
 	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
 	allBlocks := fs.Bool("all-blocks", false, "send every block of a raw image as stored; by default only the blocks its file systems (NTFS, ext2/3/4, FAT; a whole disk's partitions; a swap area's header) use are sent")
+	growLast := fs.Bool("grow-last", false, "for the image of a whole disk (MBR or GPT): grow its last partition to the end of each node's disk, and an ext2/3/4 file system in it (with resize2fs, where the node has it). A GPT's backup table always moves to the disk's end")
 	zeroFree := fs.Bool("zero-free", false, "have the nodes write zeros over the free blocks, so each target equals the image read through its block map byte for byte; by default they discard them where the disk can, else leave them as they are")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
@@ -197,6 +198,7 @@ func run() int {
 		Compress:      comp,
 		AllBlocks:     *allBlocks,
 		ZeroFree:      *zeroFree,
+		GrowLast:      *growLast,
 		Topology:      topo,
 		NoProbe:       *noProbe,
 		NetProbe:      *netProbe,
