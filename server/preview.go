@@ -24,7 +24,7 @@ func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSi
 			return nil, nil, err
 		}
 		defer im.Close()
-		note, err := mapImage(im, allBlocks, false)
+		note, err := mapImage(im, allBlocks)
 		if err != nil {
 			return nil, nil, err
 		}

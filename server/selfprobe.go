@@ -73,38 +73,32 @@ func (s *Server) probeSelf(ctx context.Context) {
 const maxUsedMap = 256 << 10
 
 // mapImage reads the block map of a raw image's file system and has the
-// image read through it, unless allBlocks, and says what it leaves out
-// and what the nodes do with it (zeroFree: write zeros there).
+// image read through it, unless allBlocks, and says what it leaves out.
 // An image that holds no file system the map knows is sent whole; one
 // whose file system cannot be trusted is refused before any node joins.
-func mapImage(img *imaging.Image, allBlocks, zeroFree bool) (string, error) {
+func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 	if allBlocks || img.Encoding != imaging.Raw {
 		return "", nil
 	}
 	if path := blockmap.FindBmap(img.Path); path != "" {
-		return useBmap(img, path, freeNote(zeroFree))
+		return useBmap(img, path)
 	}
 	m, err := img.ReadMap()
 	switch {
 	case errors.Is(err, blockmap.ErrUnknown):
 		return "", nil
 	case err != nil:
-		return "", fmt.Errorf("%w; or pass -all-blocks to send every block as it is", err)
+		return "", fmt.Errorf("%w; or pass -zero-free to send every block as it is", err)
 	}
 	if err := img.UseMap(m); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s: %s of %s in use; %s",
-		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), freeNote(zeroFree)), nil
+		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), freeNote), nil
 }
 
 // freeNote says what becomes of the free blocks.
-func freeNote(zeroFree bool) string {
-	if zeroFree {
-		return "the free blocks are not sent and are written as zeros (-all-blocks sends them as they are)"
-	}
-	return "the free blocks are not sent, and the nodes discard them where the disk can, else leave them as they are (-zero-free writes zeros, -all-blocks sends them as they are)"
-}
+const freeNote = "the free blocks are not sent, and the nodes discard them where the disk can, else leave them as they are (-zero-free sends them too)"
 
 // diskLayout reads the partition layout of a whole disk's raw image for
 // the nodes, which fit it to their disks; nil for any other image. With
@@ -133,13 +127,13 @@ func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) 
 const bmapCheck = 64 << 20
 
 // useBmap has the image read through the .bmap at path.
-func useBmap(img *imaging.Image, path, note string) (string, error) {
+func useBmap(img *imaging.Image, path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("the bmap beside image %s: %w", img.Path, err)
 	}
 	refuse := func(err error) (string, error) {
-		return "", fmt.Errorf("image %s: its bmap %s: %w; remove the bmap, or pass -all-blocks to send every block as it is", img.Path, path, err)
+		return "", fmt.Errorf("image %s: its bmap %s: %w; remove the bmap, or pass -zero-free to send every block as it is", img.Path, path, err)
 	}
 	// A bmap made before the image last changed may miss blocks in use
 	// since: its checksums see only the blocks it lists.
@@ -162,11 +156,11 @@ func useBmap(img *imaging.Image, path, note string) (string, error) {
 	case err == nil:
 		m = blockmap.Union(m, fsm)
 	case !errors.Is(err, blockmap.ErrUnknown):
-		return "", fmt.Errorf("%w; or pass -all-blocks to send every block as it is", err)
+		return "", fmt.Errorf("%w; or pass -zero-free to send every block as it is", err)
 	}
 	if err := img.UseMap(m); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s maps %s of %s; %s",
-		filepath.Base(path), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), note), nil
+		filepath.Base(path), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), freeNote), nil
 }

@@ -32,13 +32,11 @@ type Config struct {
 	Shape    capacity.Kind
 	Fanout   int      // for trees
 	Compress Compress // whether the stream may be compressed (default auto)
-	// AllBlocks sends every block of a raw image as stored; by default the
-	// free blocks of a file system the image holds go as zeros, unread
-	// (see imaging.Image.UseMap).
+	// AllBlocks sends every block of a raw image as stored (-zero-free):
+	// each target equals the image. By default only the blocks its file
+	// systems use are read and sent (see imaging.Image.UseMap), and the
+	// nodes discard the free ones where the disk can, else leave them.
 	AllBlocks bool
-	// ZeroFree has the nodes write those free blocks as zeros; by default
-	// they discard them where the disk can, or leave them as they are.
-	ZeroFree bool
 	// GrowLast has each node grow the last partition of a whole disk's
 	// image to the end of its disk, and the file system in it where it
 	// can; the image must hold an MBR or GPT.
@@ -202,7 +200,7 @@ type Server struct {
 
 	fingerprint string              // of the image, for nodes that come back
 	mapNote     string              // what the image's block map leaves out, for the console
-	usedMap     []byte              // that map for the nodes' welcome, unless they zero free blocks
+	usedMap     []byte              // that map, for the nodes' welcome
 	disk        *control.DiskLayout // the image's partition layout, if it is a whole disk's
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
@@ -273,13 +271,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	defer img.Close()
 	s.img = img
-	if s.mapNote, err = mapImage(img, cfg.AllBlocks, cfg.ZeroFree); err != nil {
+	if s.mapNote, err = mapImage(img, cfg.AllBlocks); err != nil {
 		return Summary{}, err
 	}
 	if s.disk, err = diskLayout(img, cfg.GrowLast); err != nil {
 		return Summary{}, err
 	}
-	if m := img.UsedMap(); m != nil && !cfg.ZeroFree {
+	if m := img.UsedMap(); m != nil {
 		if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
 			return Summary{}, fmt.Errorf("image %s: %w", img.Path, err)
 		}

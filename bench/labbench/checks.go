@@ -125,7 +125,7 @@ func acceptance(results []result) []string {
 			verdict(w.farWire >= 0.9*trunk), shapeName(w.runSpec), w.farWire, 100*w.farWire/trunk, trunk))
 	}
 	// A used disk's image: through its block map the free space is not
-	// sent; -all-blocks sends it.
+	// sent; -zero-free sends it.
 	for _, w := range filterResults(results, func(r result) bool { return r.image == "dirty" && !r.allBlocks && r.method == "dolly" && r.err == "" }) {
 		all := filterResults(results, func(r result) bool {
 			return r.image == "dirty" && r.allBlocks && r.topology == w.topology && r.nodes == w.nodes && r.mbit == w.mbit && r.err == ""
@@ -134,7 +134,7 @@ func acceptance(results []result) []string {
 			continue
 		}
 		ratio := w.measured / all[0].measured
-		out = append(out, fmt.Sprintf("%s used disk's image, %s: %.2f MB/s per node through its block map, %.1f× the %.2f of -all-blocks (goal: 3×)",
+		out = append(out, fmt.Sprintf("%s used disk's image, %s: %.2f MB/s per node through its block map, %.1f× the %.2f of -zero-free (goal: 3×)",
 			verdict(ratio >= 3), shapeName(w.runSpec), w.measured, ratio, all[0].measured))
 		out = append(out, fmt.Sprintf("%s used disk's image, %s: %.1f MB sent for %.1f MB in use, %.2f× (goal: at most 1.1×)",
 			verdict(float64(w.streamBytes) <= 1.1*float64(w.imageUsed)), shapeName(w.runSpec), float64(w.streamBytes)/1e6, float64(w.imageUsed)/1e6, float64(w.streamBytes)/float64(max(w.imageUsed, 1))))

@@ -31,7 +31,7 @@ type runSpec struct {
 	// source's and a far one, joined by a trunk this fast, and the runs
 	// pass the lab's topology file.
 	trunkMbit float64
-	// allBlocks casts every block of the image as stored (-all-blocks),
+	// allBlocks casts every block of the image as stored (-zero-free),
 	// the free ones of its file system too.
 	allBlocks bool
 }
@@ -66,7 +66,7 @@ func (r runSpec) String() string {
 		s += fmt.Sprintf(", two switches joined at %v Mbit/s", r.trunkMbit)
 	}
 	if r.allBlocks {
-		s += " -all-blocks"
+		s += " -zero-free"
 	}
 	return s
 }
@@ -225,7 +225,7 @@ func fullPlan() benchPlan {
 }
 
 // dirtyPlan casts the dirty image to 4 nodes at 100 Mbit/s as a user does
-// (-auto), and with -all-blocks, which sends its free space too.
+// (-auto), and with -zero-free, which sends its free space too.
 func dirtyPlan() benchPlan {
 	var p benchPlan
 	for _, all := range []bool{false, true} {

@@ -241,7 +241,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		args = append(args, "-image", img.raw, "-compress", "no")
 	}
 	if r.allBlocks {
-		args = append(args, "-all-blocks")
+		args = append(args, "-zero-free")
 	}
 	switch r.topology {
 	case "chain":

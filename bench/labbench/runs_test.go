@@ -292,7 +292,7 @@ func TestUsedDiskChecks(t *testing.T) {
 	}
 	lines := strings.Join(acceptance([]result{run(false, 80, 300e6), run(true, 20, 900e6)}), "\n")
 	for _, want := range []string{
-		"PASS used disk's image, auto: 80.00 MB/s per node through its block map, 4.0× the 20.00 of -all-blocks (goal: 3×)",
+		"PASS used disk's image, auto: 80.00 MB/s per node through its block map, 4.0× the 20.00 of -zero-free (goal: 3×)",
 		"PASS used disk's image, auto: 300.0 MB sent for 400.0 MB in use, 0.75× (goal: at most 1.1×)",
 	} {
 		if !strings.Contains(lines, want) {

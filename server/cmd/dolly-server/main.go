@@ -106,9 +106,9 @@ func run() int {
 	target := fs.String("target", "", "target on every node that names none: a block device (/dev/sda2) or a disk: query; a node writes a file only when its own -target names it")
 	listen := fs.String("listen", server.DefaultListen, "control address nodes connect to")
 	compress := fs.String("compress", "auto", "send the image compressed: auto (the model decides), yes or no")
-	allBlocks := fs.Bool("all-blocks", false, "send every block of a raw image as stored; by default only the blocks its file systems (NTFS, ext2/3/4, FAT; a whole disk's partitions; a swap area's header) use are sent")
 	growLast := fs.Bool("grow-last", false, "for the image of a whole disk (MBR or GPT): grow its last partition to the end of each node's disk, and an ext2/3/4 file system in it (with resize2fs, where the node has it). A GPT's backup table always moves to the disk's end")
-	zeroFree := fs.Bool("zero-free", false, "have the nodes write zeros over the free blocks, so each target equals the image read through its block map byte for byte; by default they discard them where the disk can, else leave them as they are")
+	zeroFree := fs.Bool("zero-free", false, "send the free blocks of a raw image's file systems too, as stored, so each target equals the image byte for byte; by default only the blocks in use are sent (NTFS, ext2/3/4, FAT; a whole disk's partitions; a swap area's header), and the nodes discard the free ones where the disk can, else leave them")
+	allBlocks := fs.Bool("all-blocks", false, "the same as -zero-free")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
 	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON")
@@ -196,8 +196,7 @@ func run() int {
 		Listen:        *listen,
 		Yes:           *yes,
 		Compress:      comp,
-		AllBlocks:     *allBlocks,
-		ZeroFree:      *zeroFree,
+		AllBlocks:     *allBlocks || *zeroFree,
 		GrowLast:      *growLast,
 		Topology:      topo,
 		NoProbe:       *noProbe,
