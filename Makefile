@@ -54,7 +54,7 @@ fuzz:
 demo: build
 	$(GO) run ./internal/demo -bin $(BIN)
 
-## bench: the emulated-lab matrix, dolly against udpcast and nc (root, 30-45 minutes)
+## bench: the emulated-lab matrix, dolly against udpcast and nc (root, about an hour)
 # The bench is a module of its own (bench/go.mod): its plotting stays out
 # of the product's binaries.
 bench: build

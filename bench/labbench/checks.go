@@ -126,18 +126,19 @@ func acceptance(results []result) []string {
 	}
 	// A used disk's image: through its block map the free space is not
 	// sent; -zero-free sends it.
-	for _, w := range filterResults(results, func(r result) bool { return r.image == "dirty" && !r.allBlocks && r.method == "dolly" && r.err == "" }) {
+	for _, w := range filterResults(results, func(r result) bool { return dirtyImage(r.image) && !r.allBlocks && r.method == "dolly" && r.err == "" }) {
 		all := filterResults(results, func(r result) bool {
-			return r.image == "dirty" && r.allBlocks && r.topology == w.topology && r.nodes == w.nodes && r.mbit == w.mbit && r.err == ""
+			return r.image == w.image && r.allBlocks && r.topology == w.topology && r.nodes == w.nodes && r.mbit == w.mbit && r.err == ""
 		})
 		if len(all) == 0 {
 			continue
 		}
 		ratio := w.measured / all[0].measured
-		out = append(out, fmt.Sprintf("%s used disk's image, %s: %.2f MB/s per node through its block map, %.1f× the %.2f of -zero-free (goal: 3×)",
-			verdict(ratio >= 3), shapeName(w.runSpec), w.measured, ratio, all[0].measured))
-		out = append(out, fmt.Sprintf("%s used disk's image, %s: %.1f MB sent for %.1f MB in use, %.2f× (goal: at most 1.1×)",
-			verdict(float64(w.streamBytes) <= 1.1*float64(w.imageUsed)), shapeName(w.runSpec), float64(w.streamBytes)/1e6, float64(w.imageUsed)/1e6, float64(w.streamBytes)/float64(max(w.imageUsed, 1))))
+		fs := fsName(w.image)
+		out = append(out, fmt.Sprintf("%s used disk's image (%s), %s: %.2f MB/s per node through its block map, %.1f× the %.2f of -zero-free (goal: 3×)",
+			verdict(ratio >= 3), fs, shapeName(w.runSpec), w.measured, ratio, all[0].measured))
+		out = append(out, fmt.Sprintf("%s used disk's image (%s), %s: %.1f MB sent for %.1f MB in use, %.2f× (goal: at most 1.1×)",
+			verdict(float64(w.streamBytes) <= 1.1*float64(w.imageUsed)), fs, shapeName(w.runSpec), float64(w.streamBytes)/1e6, float64(w.imageUsed)/1e6, float64(w.streamBytes)/float64(max(w.imageUsed, 1))))
 	}
 	// A late node: verified in the same cast (a run fails otherwise), and
 	// the others keep their rate.

@@ -159,10 +159,13 @@ func mappedSHA256(path string) (string, int64, error) {
 }
 
 func junkNote(spec sampleimage.Spec) string {
-	if spec.Junk == 0 {
+	switch {
+	case spec.Junk == 0:
 		return ""
+	case spec.FS == "" || spec.FS == "ext4":
+		return fmt.Sprintf(", %d MiB of deleted data in its free space", spec.Junk>>20)
 	}
-	return fmt.Sprintf(", %d MiB of deleted data in its free space", spec.Junk>>20)
+	return fmt.Sprintf(", quick-formatted over %d MiB of old data", spec.Junk>>20)
 }
 
 // makeImages builds the sample ext4 images the plan needs.
@@ -170,7 +173,7 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 	out := map[string]image{}
 	for name, spec := range specs {
 		img := image{name: name, raw: filepath.Join(dir, name+".img"), size: spec.Size}
-		fmt.Printf("labbench: building the %s image (%d MiB ext4 with %d MiB of files%s)…\n", name, spec.Size>>20, spec.Files>>20, junkNote(spec))
+		fmt.Printf("labbench: building the %s image (%s%s)…\n", name, imageLabel(name), junkNote(spec))
 		if err := sampleimage.Build(ctx, img.raw, spec); err != nil {
 			return nil, err
 		}

@@ -150,7 +150,7 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 	}
 	for _, mbit := range []float64{100, 1000} {
 		rows := filterResults(results, func(r result) bool {
-			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && r.image != "dirty"
+			return r.mbit == mbit && !r.headline && r.slowMbit == 0 && !r.late && !r.lateBase && r.trunkMbit == 0 && !dirtyImage(r.image)
 		})
 		if len(rows) == 0 {
 			continue
@@ -185,7 +185,19 @@ func cell(r result, s string) string {
 
 func imageLabel(name string) string {
 	s := imageSpecs[name]
-	return fmt.Sprintf("%d MiB ext4 holding %d MiB of files", s.Size>>20, s.Files>>20)
+	return fmt.Sprintf("%d MiB %s holding %d MiB of files", s.Size>>20, fsName(name), s.Files>>20)
+}
+
+// fsName is the file system of a bench image.
+func fsName(name string) string {
+	switch fs := imageSpecs[name].FS; fs {
+	case "", "ext4":
+		return "ext4"
+	case "ntfs":
+		return "NTFS"
+	default:
+		return strings.ToUpper(fs)
+	}
 }
 
 func cores() int { return runtime.NumCPU() }

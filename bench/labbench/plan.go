@@ -75,13 +75,16 @@ func (r runSpec) String() string {
 // within the time budget; the stars of 12 and 24 over Fast Ethernet, which
 // share the server's link 12 and 24 ways, a tiny one, a quarter of the
 // small one; the headline comparison uses 1 GiB.
-// The dirty image is the large one as a used disk is: 600 MiB of its free
-// space hold the data of a file deleted since.
+// The dirty images are the large one as a used disk is: ext4 whose 600
+// MiB of free space hold the data of a file deleted since, and NTFS and
+// FAT32 quick-formatted over 600 MiB of old data.
 var imageSpecs = map[string]sampleimage.Spec{
-	"tiny":  {Size: 64 << 20, Files: 24 << 20},
-	"small": {Size: 256 << 20, Files: 96 << 20},
-	"large": {Size: 1 << 30, Files: 360 << 20},
-	"dirty": {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20},
+	"tiny":        {Size: 64 << 20, Files: 24 << 20},
+	"small":       {Size: 256 << 20, Files: 96 << 20},
+	"large":       {Size: 1 << 30, Files: 360 << 20},
+	"dirty":       {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20},
+	"dirty-ntfs":  {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20, FS: "ntfs"},
+	"dirty-fat32": {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20, FS: "fat32"},
 }
 
 type benchPlan []runSpec
@@ -103,7 +106,7 @@ func (p benchPlan) groups() []group {
 	var gs []group
 	for _, r := range p {
 		own := ""
-		if r.image == "dirty" {
+		if dirtyImage(r.image) {
 			own = r.image
 		}
 		i := slices.IndexFunc(gs, func(g group) bool {
@@ -224,12 +227,19 @@ func fullPlan() benchPlan {
 	return append(append(append(append(append(p, dirtyPlan()...), giga...), slowNodePlan()...), twoSwitchPlan()...), unshapedPlan()...)
 }
 
-// dirtyPlan casts the dirty image to 4 nodes at 100 Mbit/s as a user does
+// dirtyImages are the used disks' images, one per file system.
+var dirtyImages = []string{"dirty", "dirty-ntfs", "dirty-fat32"}
+
+func dirtyImage(name string) bool { return slices.Contains(dirtyImages, name) }
+
+// dirtyPlan casts each dirty image to 4 nodes at 100 Mbit/s as a user does
 // (-auto), and with -zero-free, which sends its free space too.
 func dirtyPlan() benchPlan {
 	var p benchPlan
-	for _, all := range []bool{false, true} {
-		p = append(p, runSpec{method: "dolly", topology: "auto", compression: "auto", nodes: 4, mbit: 100, image: "dirty", allBlocks: all})
+	for _, img := range dirtyImages {
+		for _, all := range []bool{false, true} {
+			p = append(p, runSpec{method: "dolly", topology: "auto", compression: "auto", nodes: 4, mbit: 100, image: img, allBlocks: all})
+		}
 	}
 	return p
 }

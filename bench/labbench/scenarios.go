@@ -33,9 +33,13 @@ func scenarioTables(b *strings.Builder, results []result) {
 				return cell(r, fmt.Sprintf("%.2f (%.1f of %d busy)", r.streamCPU/float64(r.nodes)/gb, r.busy, r.cores))
 			})
 	}
-	if rows := filterResults(results, func(r result) bool { return r.image == "dirty" }); len(rows) > 0 {
+	for _, img := range dirtyImages {
+		rows := filterResults(results, func(r result) bool { return r.image == img })
+		if len(rows) == 0 {
+			continue
+		}
 		r0 := rows[0]
-		scenarioTable(b, fmt.Sprintf("A used disk's image: %d nodes at %v Mbit/s (%s, %d MiB of deleted data in its free space)", r0.nodes, r0.mbit, imageLabel(r0.image), imageSpecs[r0.image].Junk>>20),
+		scenarioTable(b, fmt.Sprintf("A used disk's image: %d nodes at %v Mbit/s (%s%s)", r0.nodes, r0.mbit, imageLabel(r0.image), junkNote(imageSpecs[r0.image])),
 			"MB/s per node (slowest)", "stream MB sent (of the MB in use)", rows, func(r result) string {
 				return cell(r, fmt.Sprintf("%.1f (%.1f)", float64(r.streamBytes)/1e6, float64(r.imageUsed)/1e6))
 			})

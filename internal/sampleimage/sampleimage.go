@@ -1,8 +1,9 @@
 // Package sampleimage builds a realistic disk image for demos and
-// benchmarks: an ext4 filesystem made with mkfs.ext4 -d from real files on
-// this machine (source code, documentation, libraries and programs, so the
-// content compresses unevenly), the rest of it free space: zeros, or, as
-// on a disk that has been used, the data of files deleted since (Junk).
+// benchmarks: a file system (ext4 made with mkfs.ext4 -d; or NTFS, FAT32)
+// holding real files from this machine (source code, documentation,
+// libraries and programs, so the content compresses unevenly), the rest of
+// it free space: zeros, or, as on a disk that has been used, old data
+// (Junk).
 package sampleimage
 
 import (
@@ -25,6 +26,11 @@ type Spec struct {
 	// Junk is how many bytes of random data a file wrote and left behind
 	// when it was deleted: free blocks that are not zeros.
 	Junk int64
+	// FS is the file system: "ext4" (the default), "ntfs" (mkntfs and
+	// ntfscp, from ntfs-3g) or "fat32" (mkfs.fat and mcopy). ext4's junk is
+	// a file written and deleted; the others' is the disk's old content
+	// under a quick format.
+	FS string
 	// Roots are the directories files are taken from, in order. Default:
 	// Go sources, documentation, shared libraries and programs.
 	Roots []string
@@ -38,8 +44,14 @@ func Build(ctx context.Context, path string, spec Spec) error {
 	if spec.Size%4096 != 0 || spec.Size <= 0 {
 		return fmt.Errorf("sample image size %d: must be a positive multiple of 4096", spec.Size)
 	}
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		return errors.New("mkfs.ext4 not found: install e2fsprogs")
+	switch spec.FS {
+	case "", "ext4":
+		if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+			return errors.New("mkfs.ext4 not found: install e2fsprogs")
+		}
+	case "ntfs", "fat32":
+	default:
+		return fmt.Errorf("sample image: unknown file system %q", spec.FS)
 	}
 	roots := spec.Roots
 	if roots == nil {
@@ -54,6 +66,9 @@ func Build(ctx context.Context, path string, spec Spec) error {
 		return err
 	}
 	os.Remove(path)
+	if spec.FS == "ntfs" || spec.FS == "fat32" {
+		return buildOther(ctx, path, staging, spec)
+	}
 	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "dolly-sample",
 		"-E", "lazy_itable_init=1,lazy_journal_init=1", "-d", staging, path, fmt.Sprintf("%dk", spec.Size/1024))
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -73,9 +88,7 @@ func leaveJunk(ctx context.Context, path, dir string, n int64) error {
 	if err != nil {
 		return err
 	}
-	var seed [32]byte
-	copy(seed[:], "dolly sample image: deleted data")
-	if _, err := io.CopyN(f, rand.NewChaCha8(seed), n); err != nil {
+	if _, err := io.CopyN(f, junkData(), n); err != nil {
 		f.Close()
 		return err
 	}
@@ -89,6 +102,14 @@ func leaveJunk(ctx context.Context, path, dir string, n int64) error {
 		}
 	}
 	return nil
+}
+
+// junkData is the old data a used disk keeps: random, the same on every
+// run.
+func junkData() io.Reader {
+	var seed [32]byte
+	copy(seed[:], "dolly sample image: deleted data")
+	return rand.NewChaCha8(seed)
 }
 
 // gather links (or copies) regular files from roots into dir until budget

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"dolly/imaging"
@@ -77,5 +78,48 @@ func TestBuildWithJunk(t *testing.T) {
 	}
 	if junk*imaging.ZeroBlock < 30<<20 || differ != 0 {
 		t.Errorf("%d blocks of deleted data in the free space (want ~32 MiB), %d blocks otherwise changed by the map", junk, differ)
+	}
+}
+
+// NTFS and FAT32 images keep the disk's old data under a quick format:
+// the map finds the files' bytes in use, and the old data in free space.
+func TestBuildNTFSAndFAT32(t *testing.T) {
+	for _, tc := range []struct{ fs, tool string }{{"ntfs", "mkntfs"}, {"fat32", "mkfs.fat"}} {
+		t.Run(tc.fs, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.tool); err != nil {
+				t.Skipf("%s not installed (ntfs-3g, dosfstools)", tc.tool)
+			}
+			const size, files, junk = 512 << 20, 64 << 20, 200 << 20
+			path := filepath.Join(t.TempDir(), tc.fs+".img")
+			if err := Build(t.Context(), path, Spec{Size: size, Files: files, Junk: junk, FS: tc.fs}); err != nil {
+				t.Fatal(err)
+			}
+			im, err := imaging.OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			m, err := im.ReadMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.EqualFold(m.FS, tc.fs) {
+				t.Errorf("mapped as %s, want %s", m.FS, tc.fs)
+			}
+			// The files are gathered up to the budget: at least 7/8 of it.
+			if used := m.UsedBytes(); used < files*7/8 || used > files*3/2 {
+				t.Errorf("%d bytes in use for %d of files", used, files)
+			}
+			stored, _ := os.ReadFile(path)
+			var old int64
+			for off := int64(0); off < size; off += imaging.ZeroBlock {
+				if start, _ := m.NextUsed(off); start > off && !imaging.IsZero(stored[off:off+imaging.ZeroBlock]) {
+					old += imaging.ZeroBlock
+				}
+			}
+			if old < junk/2 {
+				t.Errorf("%d bytes of old data in the free space, want most of %d", old, junk)
+			}
+		})
 	}
 }
