@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,6 +27,25 @@ import (
 func (s *Server) scan(ctx context.Context) {
 	defer close(s.scanned)
 	s.profile, s.scanErr = s.scanImage(ctx)
+	if s.scanErr == nil && s.img.Encoding.Compressed() {
+		// A compressed whole disk's table is read once its size is known.
+		if s.disk, s.scanErr = diskLayout(s.img, s.cfg.GrowLast); s.scanErr == nil {
+			s.printDisk()
+		}
+	}
+}
+
+// printDisk says what the nodes do with a whole disk's image.
+func (s *Server) printDisk() {
+	d := s.disk
+	if d == nil {
+		return
+	}
+	grow := "its partitions keep their sizes (-grow-last grows the last one)"
+	if d.GrowLast {
+		grow = "the last partition grows to the end of each disk"
+	}
+	fmt.Fprintf(s.cfg.Out, "  a whole disk (%s): a disk of at least %s takes it; %s\n", d.Table, units.FormatBytes(d.MinSize), grow)
 }
 
 // scanImage profiles the image for the model; a compressed one is decoded
@@ -77,6 +98,13 @@ const maxUsedMap = 256 << 10
 // An image that holds no file system the map knows is sent whole; one
 // whose file system cannot be trusted is refused before any node joins.
 func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
+	if m, err := img.StoredMap(); err != nil || m != nil && !allBlocks {
+		if err != nil {
+			return "", fmt.Errorf("%w; or pass -zero-free to cast it without its map", err)
+		}
+		return fmt.Sprintf("captured %s: %s of %s in use; the nodes discard the free blocks where the disk can, else leave them as they are (-zero-free writes its zeros)",
+			m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
+	}
 	if allBlocks || img.Encoding != imaging.Raw {
 		return "", nil
 	}
@@ -97,6 +125,18 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 		m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), freeNote), nil
 }
 
+// nodesMap is the block map the nodes get, to skip the free blocks: the
+// one the image is read through, or one a captured image holds.
+func nodesMap(img *imaging.Image, allBlocks bool) (*blockmap.Map, error) {
+	if m := img.UsedMap(); m != nil {
+		return m, nil
+	}
+	if allBlocks {
+		return nil, nil
+	}
+	return img.StoredMap()
+}
+
 // freeNote says what becomes of the free blocks.
 const freeNote = "the free blocks are not sent, and the nodes discard them where the disk can, else leave them as they are (-zero-free sends them too)"
 
@@ -104,13 +144,25 @@ const freeNote = "the free blocks are not sent, and the nodes discard them where
 // the nodes, which fit it to their disks; nil for any other image. With
 // growLast the image must be a whole disk's.
 func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) {
-	if img.Encoding != imaging.Raw {
-		if growLast {
-			return nil, fmt.Errorf("-grow-last: image %s is %s; only a raw whole-disk image has its partitions fitted to each disk", img.Path, img.Encoding)
+	var r io.ReaderAt = img
+	if img.Encoding.Compressed() {
+		if img.Size == 0 {
+			return nil, nil // not scanned yet: once it is
 		}
-		return nil, nil
+		// The tables are at the disk's start: decode that much.
+		dec, err := imaging.NewDecoder(img.Encoding, img.Stream())
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", img.Path, err)
+		}
+		head := make([]byte, min(img.Size, diskHead))
+		_, err = io.ReadFull(dec, head)
+		dec.Close()
+		if err != nil {
+			return nil, fmt.Errorf("image %s: decoding its start: %w", img.Path, err)
+		}
+		r = bytes.NewReader(head)
 	}
-	l, err := wholedisk.Read(img, img.Size)
+	l, err := wholedisk.Read(r, img.Size)
 	switch {
 	case errors.Is(err, wholedisk.ErrNotDisk) && growLast:
 		return nil, fmt.Errorf("-grow-last: image %s is not a whole disk's (no MBR or GPT partition table at its start)", img.Path)
@@ -121,6 +173,10 @@ func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) 
 	}
 	return &control.DiskLayout{Table: l.Table, MinSize: l.MinSize, GrowLast: growLast}, nil
 }
+
+// diskHead is how much of a compressed image is decoded to read a whole
+// disk's partition table: MBR, GPT header and entries, with room.
+const diskHead = 1 << 20
 
 // bmapCheck is how much of an image its .bmap's checksums are checked on
 // before the cast: enough to catch a map of another image.

@@ -277,7 +277,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if s.disk, err = diskLayout(img, cfg.GrowLast); err != nil {
 		return Summary{}, err
 	}
-	if m := img.UsedMap(); m != nil {
+	if m, err := nodesMap(img, cfg.AllBlocks); err != nil {
+		return Summary{}, err
+	} else if m != nil {
 		if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
 			return Summary{}, fmt.Errorf("image %s: %w", img.Path, err)
 		}
@@ -330,13 +332,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	if s.mapNote != "" {
 		fmt.Fprintf(s.cfg.Out, "  %s\n", s.mapNote)
 	}
-	if d := s.disk; d != nil {
-		grow := "its partitions keep their sizes (-grow-last grows the last one)"
-		if d.GrowLast {
-			grow = "the last partition grows to the end of each disk"
-		}
-		fmt.Fprintf(s.cfg.Out, "  a whole disk (%s): a disk of at least %s takes it; %s\n", d.Table, units.FormatBytes(d.MinSize), grow)
-	}
+	s.printDisk()
 	s.emit(Event{Type: EvListening, Image: &ImageInfo{Path: s.cfg.Image, Bytes: s.img.Size, StreamBytes: s.img.StreamSize,
 		Encoding: s.img.Encoding.String(), Listen: s.ln.Addr().String(), Nodes: s.cfg.Nodes}})
 	if s.cfg.Nodes > 0 {

@@ -40,6 +40,11 @@ func NewConn(c net.Conn) *Conn {
 	return &Conn{c: c, r: bufio.NewReader(c), transcript: sha256.New(), limit: MaxMessage}
 }
 
+// Raw is the connection's bytes past the control messages, for a stream
+// that follows them on the same connection (a capture): reads start with
+// whatever the message reader has buffered.
+func (c *Conn) Raw() (io.Reader, io.Writer) { return c.r, c.c }
+
 // SetLimit bounds the messages Recv takes to n bytes (at most MaxMessage):
 // a peer not yet admitted gets little room. Called by the goroutine that
 // calls Recv.

@@ -39,6 +39,9 @@ const (
 	MsgFail      MsgType = "fail"      // node → server: I failed, and why
 	MsgResult    MsgType = "result"    // server → node: the server's verdict
 	MsgAbort     MsgType = "abort"     // server → node: the cast is off
+	// A node that captures its disk (dolly capture), once welcomed, says
+	// what it sends, then sends the stream on the same connection.
+	MsgCapture MsgType = "capture" // node → server: the disk's size and block map
 
 	// While the cast runs, the server rewires around failed nodes.
 	MsgAttach       MsgType = "attach"        // server → node: send the stream to this child too
@@ -66,6 +69,9 @@ type Message struct {
 	Progress *Progress `json:"progress,omitempty"`
 	Done     *Done     `json:"done,omitempty"`
 	Result   *Result   `json:"result,omitempty"`
+	// Capture is a capturing node's disk: in its hello (Source and Size),
+	// then whole in a capture message.
+	Capture *Capture `json:"capture,omitempty"`
 	// Peer is the child of an attach, detach, attach-failed or child-lost.
 	Peer *Peer `json:"peer,omitempty"`
 	// NetProbe and NetResult are a bandwidth probe's order and outcome.
@@ -101,6 +107,21 @@ type Hello struct {
 	// key. The server proves its identity and hands the node the cast key
 	// over the session they agree (see Enroll).
 	Enroll []byte `json:"enroll,omitempty"`
+	// Capture is set by a node that sends its disk to a capturing server
+	// (dolly capture) rather than joining a cast: its source and size.
+	Capture *Capture `json:"capture,omitempty"`
+}
+
+// Capture describes the disk a node sends to be stored as an image. Once
+// welcomed, the node sends the stream (zstd) on the same connection, and
+// the server answers with a result.
+type Capture struct {
+	Source string `json:"source"` // the disk or partition, as the node names it
+	Size   int64  `json:"size"`   // its raw bytes
+	// UsedMap is its file systems' block map (blockmap.Map.Encode), if the
+	// node could read one: the blocks it leaves out are sent as zeros, and
+	// the server stores the map with the image.
+	UsedMap []byte `json:"used_map,omitempty"`
 }
 
 // Resume is what a node in a cast brings to the server it reconnects to.
@@ -325,6 +346,8 @@ func (m *Message) validate() error {
 		missing = m.Done == nil
 	case MsgResult:
 		missing = m.Result == nil
+	case MsgCapture:
+		missing = m.Capture == nil
 	case MsgAttach, MsgDetach, MsgAttachFailed, MsgChildLost:
 		missing = m.Peer == nil
 	case MsgNetProbe:

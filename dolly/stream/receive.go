@@ -43,6 +43,27 @@ type Hooks struct {
 // key is the cast's frame key (nil for an unkeyed cast): every frame's tag
 // is then checked before the frame is written. c, if set, counts progress.
 func Receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, c *Counters, hooks Hooks) (imaging.Digest, End, error) {
+	return receive(r, h, key, w, c, hooks, nil)
+}
+
+// ReceiveStored reads the verified frames of a compressed stream and
+// writes their payloads to stored: the image as the source compressed
+// it, a file that decodes to the raw image. It decodes them too, only to
+// check the stream's digest, which it returns.
+func ReceiveStored(r io.Reader, h StreamHeader, key *FrameKey, stored io.Writer, c *Counters) (imaging.Digest, End, error) {
+	if !h.Encoding.Compressed() {
+		return imaging.Digest{}, End{}, fmt.Errorf("a %s stream: only a compressed one is stored as it comes", h.Encoding)
+	}
+	return receive(r, h, key, discard{}, c, Hooks{}, stored)
+}
+
+// discard is a target that keeps nothing.
+type discard struct{}
+
+func (discard) WriteAt(p []byte, off int64) (int, error) { return len(p), nil }
+func (discard) ZeroRange(off, n int64) error             { return nil }
+
+func receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, c *Counters, hooks Hooks, stored io.Writer) (imaging.Digest, End, error) {
 	if c == nil {
 		c = new(Counters)
 	}
@@ -75,6 +96,12 @@ func Receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, 
 				return d, end, err
 			}
 			break
+		}
+		if stored != nil && f.Kind == FrameData {
+			if _, err := stored.Write(f.Payload); err != nil {
+				sink.abort(err)
+				return d, end, err
+			}
 		}
 		if err := sink.frame(f); err != nil {
 			sink.abort(err)

@@ -348,7 +348,9 @@ func TestDirtyNTFSAndFAT32CastTheirUsedBlocks(t *testing.T) {
 		{"ntfs", []string{"mkntfs", "ntfscp", "ntfscat", "ntfsfix"},
 			func(img string) []string { return []string{"mkntfs", "-Q", "-F", "-q", img} },
 			func(img, src, name string) []string { return []string{"ntfscp", "-q", img, src, name} },
-			func(img, name, dst string) []string { return []string{"sh", "-c", "ntfscat " + img + " " + name + " > " + dst} },
+			func(img, name, dst string) []string {
+				return []string{"sh", "-c", "ntfscat " + img + " " + name + " > " + dst}
+			},
 			func(img string) []string { return []string{"ntfsfix", "-n", img} }},
 		{"fat32", []string{"mkfs.fat", "mcopy", "fsck.fat"},
 			func(img string) []string { return []string{"mkfs.fat", "-F", "32", img} },

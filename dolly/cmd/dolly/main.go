@@ -29,7 +29,8 @@ Usage:
   dolly -server HOST:PORT [-target PATH] [-name NAME] [-key FILE]
   dolly probe [-target PATH] [-server HOST:PORT] [-o json]
   dolly key -o FILE
-  dolly help [probe | key]
+  dolly capture -server HOST:PORT -source DISK
+  dolly help [probe | key | capture]
 
 With -key, the node joins only a server that proves it holds the same cast
 key, and writes only frames whose tags verify under it; without -key it joins
@@ -68,6 +69,8 @@ func run() int {
 			return probeMachine(os.Args[2:])
 		case "key":
 			return keygen(os.Args[2:])
+		case "capture":
+			return captureDisk(os.Args[2:])
 		case "help":
 			return help(os.Args[2:])
 		}
@@ -257,6 +260,8 @@ func help(args []string) int {
 		return probeMachine([]string{"--help"})
 	case args[0] == "key":
 		return keygen([]string{"--help"})
+	case args[0] == "capture":
+		return captureDisk([]string{"--help"})
 	}
-	return cli.UsageError("dolly", "help takes no command or one of: probe, key")
+	return cli.UsageError("dolly", "help takes no command or one of: probe, key, capture")
 }

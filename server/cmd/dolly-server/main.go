@@ -31,6 +31,7 @@ Usage:
   dolly-server -image PATH [-auto | -chain | -tree N | -star] [-nodes N] [-target DEV] [options]
   dolly-server -preview -topology FILE [-image PATH] [-o json]
   dolly-server -build-initramfs FILE [-kernel PATH]
+  dolly-server -capture -o FILE [-listen HOST:PORT] [-key FILE]
   dolly-server help | --help | --version
 
 Nodes run "dolly -server HOST:PORT" (or netboot into it) and join, each sending
@@ -87,6 +88,8 @@ Examples:
   dolly-server -image nt.img -nodes 24 -target disk:first -boot -interface eth1 -secure-boot -after reboot
   dolly-server -image nt.img -nodes 24 -target /dev/sda2 -yes -o json > events.jsonl
   dolly-server -preview -topology capacity/examples/patagonia-gbe.json
+  dolly-server -capture -o golden.img.zst     (then on the golden PC: dolly capture -server HOST -source /dev/sda)
+  dolly-server -image disk.img -nodes 24 -target /dev/sda -grow-last
 
 Options:
 `
@@ -111,7 +114,8 @@ func run() int {
 	allBlocks := fs.Bool("all-blocks", false, "the same as -zero-free")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
-	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON")
+	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON. With -capture: the image file to store")
+	captureMode := fs.Bool("capture", false, "store a golden PC's disk as an image instead of casting: -capture -o FILE waits for one dolly capture -server HOST:PORT -source DISK, and writes FILE (zstd, with the disk's block map)")
 	httpAddr := fs.String("http", defaultHTTP, "address of the status page and /metrics (read-only); off: none. With -boot they are on the netboot HTTP port")
 	maxRate := fs.String("max-rate", "", "limit the source's sending rate, e.g. 20MB/s or 100Mbit")
 	frameSize := fs.String("frame-size", "1MiB", "frame (segment) size: smaller frames fill a long chain sooner")
@@ -160,6 +164,15 @@ func run() int {
 	fsz, err := units.ParseSize(*frameSize)
 	if err != nil {
 		return usageErr("-frame-size %q: %v", *frameSize, err)
+	}
+	if *captureMode {
+		if *image != "" || *preview || *serve {
+			return usageErr("-capture stores an image: leave -image, -preview and -serve out")
+		}
+		if *output == "text" || *output == "json" || *output == "" {
+			return usageErr("-capture needs -o FILE, the image to store (e.g. -o golden.img.zst)")
+		}
+		return runCapture(*listen, *output, *keyFile, *progressEvery, *verbose)
 	}
 	if *output != "text" && *output != "json" {
 		return usageErr("-o %q: want text or json", *output)
@@ -394,6 +407,35 @@ func run() int {
 const rebootWait = 3 * time.Minute
 
 // runPreview prints the model's view of every plan and casts nothing.
+// runCapture is dolly-server -capture -o FILE.
+func runCapture(listen, output, keyFile string, progressEvery time.Duration, verbose bool) int {
+	cfg := server.CaptureConfig{Listen: listen, Output: output, ProgressEvery: progressEvery, Out: os.Stdout,
+		Logger: cli.Logger(os.Stderr, verbose, verbose)}
+	if keyFile != "" {
+		k, err := castkey.ReadKeyFile(keyFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+			return cli.ExitNotStarted
+		}
+		cfg.Key = k
+	} else {
+		fmt.Fprintln(os.Stderr, "dolly-server: warning: no -key: anyone on this network can send the image to store")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := server.Capture(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		if sum.Node == "" {
+			return cli.ExitNotStarted
+		}
+		return cli.ExitFailed
+	}
+	fmt.Printf("captured %s of %s: %s raw, %s in use, stored as %s (%s) in %.1fs; digest %s\n", sum.Source, sum.Node,
+		units.FormatBytes(sum.Size), units.FormatBytes(sum.Used), output, units.FormatBytes(sum.Stored), sum.Seconds, sum.Digest.Short())
+	return 0
+}
+
 func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, allBlocks bool, output string) int {
 	results, notes, err := server.Preview(ctx, topo, image, frameSize, allBlocks)
 	if err != nil {
