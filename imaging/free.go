@@ -29,6 +29,12 @@ func (s *FreeSkipper) WriteAt(p []byte, off int64) (int, error) { return s.w.Wri
 // ZeroRange zeroes what of [off, off+n) is in use and skips the rest.
 func (s *FreeSkipper) ZeroRange(off, n int64) error {
 	end := off + n
+	if end > s.used.Size { // past the map: not known to be free
+		if err := s.w.ZeroRange(max(off, s.used.Size), end-max(off, s.used.Size)); err != nil {
+			return err
+		}
+		end = max(off, s.used.Size)
+	}
 	for off < end {
 		start, usedEnd := s.used.NextUsed(off)
 		if start > off {

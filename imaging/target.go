@@ -266,16 +266,15 @@ func (t *Target) Discard(off, n int64) error {
 	}
 	t.left.Add(n - (end - start))
 	give := func() error {
-		ok, err := discard(t.f, t.block, start, end-start)
-		switch {
-		case err != nil:
-			return fmt.Errorf("target %s: discarding %d bytes at offset %d: %w", t.Path, end-start, start, err)
-		case !ok:
+		// Best effort: a device that fails a discard (a flaky bridge, a
+		// read-only path to it) keeps the range as it was, and is not
+		// asked again. Nothing in use depends on it.
+		if ok, err := discard(t.f, t.block, start, end-start); !ok || err != nil {
 			t.noDiscard.Store(true)
 			t.left.Add(end - start)
-		default:
-			t.discarded.Add(end - start)
+			return nil
 		}
+		t.discarded.Add(end - start)
 		return nil
 	}
 	if t.direct != nil {

@@ -92,6 +92,10 @@ func (s *Server) handleNode(ctx context.Context, c *control.Conn, host string) {
 	}
 	// What a stranger's hello may carry is bounded before any of it is
 	// shown: a refusal names the node.
+	if m.Hello.Capture != nil {
+		c.Send(control.Message{Type: control.MsgReject, Reason: "this server casts an image: to capture one, run dolly-server -capture -o FILE"})
+		return
+	}
 	if err := checkHello(m.Hello); err != nil {
 		s.log.Warn("refused node", "from", c.RemoteAddr(), "reason", err)
 		c.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"dolly/dolly/castkey"
@@ -64,7 +65,7 @@ func Capture(ctx context.Context, cfg CaptureConfig) (CaptureSummary, error) {
 		cfg.ProgressEvery = 5 * time.Second
 	}
 	if cfg.Key != nil {
-		cfg.Key = cfg.Key.Shared()
+		cfg.Key = cfg.Key.Capture()
 	}
 	switch _, err := os.Stat(cfg.Output); {
 	case err == nil:
@@ -98,44 +99,94 @@ func Capture(ctx context.Context, cfg CaptureConfig) (CaptureSummary, error) {
 
 	c := &capture{cfg: cfg, file: f}
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return CaptureSummary{}, ctx.Err()
+	defer wg.Wait() // after cancel has closed the other connections
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Connections are served side by side: one that never proves the key
+	// holds nobody up. The first that does is the capture.
+	done := make(chan captured, 1)
+	acceptErr := make(chan error, 1)
+	wg.Add(1) // held while it adds the connections'
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
 			}
-			return CaptureSummary{}, fmt.Errorf("accepting: %w", err)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if sum, taken, err := c.serve(ctx, control.NewConn(conn)); taken {
+					done <- captured{sum, err}
+				}
+			}()
 		}
-		sum, taken, err := c.serve(ctx, control.NewConn(conn))
-		if !taken {
-			continue // not a capturing node, or one that did not prove the key
+	}()
+	var got captured
+	select {
+	case got = <-done:
+	case err := <-acceptErr:
+		if ctx.Err() != nil {
+			return CaptureSummary{}, ctx.Err()
 		}
-		if err != nil {
-			return sum, err
-		}
-		if err := os.Rename(partial, cfg.Output); err != nil {
-			return sum, err
-		}
-		stored = true
-		if d, err := os.Open(filepath.Dir(cfg.Output)); err == nil {
-			d.Sync() // the rename, on the disk
-			d.Close()
-		}
-		return sum, nil
+		return CaptureSummary{}, fmt.Errorf("accepting: %w", err)
 	}
+	ln.Close()
+	if got.err != nil {
+		return got.sum, got.err
+	}
+	if err := publish(partial, cfg.Output); err != nil {
+		return got.sum, err
+	}
+	stored = true
+	return got.sum, nil
+}
+
+type captured struct {
+	sum CaptureSummary
+	err error
+}
+
+// publish puts the whole image at its name, never over a file that
+// appeared there meanwhile, and syncs the directory.
+func publish(partial, output string) error {
+	err := os.Link(partial, output)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%s appeared while the capture ran: the image is left as %s", output, partial)
+	case err != nil:
+		// A file system without hard links: renamed instead.
+		if _, serr := os.Stat(output); serr == nil {
+			return fmt.Errorf("%s appeared while the capture ran: the image is left as %s", output, partial)
+		}
+		if err := os.Rename(partial, output); err != nil {
+			return err
+		}
+	default:
+		os.Remove(partial)
+	}
+	if d, err := os.Open(filepath.Dir(output)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // capture is one capture in progress.
 type capture struct {
-	cfg  CaptureConfig
-	file *os.File
+	cfg   CaptureConfig
+	file  *os.File
+	taken atomic.Bool // a node has proved the key and is sending
 }
 
 // serve takes a node's connection. taken says the node was a capturing
 // one that proved the key (if any): its outcome is the capture's.
 func (c *capture) serve(ctx context.Context, conn *control.Conn) (sum CaptureSummary, taken bool, err error) {
 	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // Ctrl-C ends a capture under way
+	defer stop()
 	log := c.cfg.Logger
 	conn.SetLimit(preAuthLimit)
 	m, err := conn.Recv(helloTimeout)
@@ -156,6 +207,10 @@ func (c *capture) serve(ctx context.Context, conn *control.Conn) (sum CaptureSum
 	if err := control.ServerHandshake(conn, c.cfg.Key, h, peerTimeout); err != nil {
 		conn.Send(control.Message{Type: control.MsgReject, Reason: err.Error()})
 		fmt.Fprintf(c.cfg.Out, "  refused %s from %s: %v\n", h.Name, conn.RemoteAddr(), err)
+		return sum, false, nil
+	}
+	if !c.taken.CompareAndSwap(false, true) {
+		conn.Send(control.Message{Type: control.MsgReject, Reason: "another PC's capture is under way"})
 		return sum, false, nil
 	}
 	conn.SetLimit(control.MaxMessage)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"unicode"
 	"time"
 
 	"dolly/dolly/control"
@@ -168,6 +169,9 @@ func checkHello(h *control.Hello) error {
 		if len(m) > 32 {
 			return errors.New("MAC address too long")
 		}
+	}
+	if c := h.Capture; c != nil && (c.Size <= 0 || len(c.Source) > 1024 || strings.IndexFunc(c.Source, unicode.IsControl) >= 0) {
+		return errors.New("capture: source name too long or not printable, or no size")
 	}
 	return nil
 }

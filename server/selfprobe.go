@@ -98,14 +98,17 @@ const maxUsedMap = 256 << 10
 // An image that holds no file system the map knows is sent whole; one
 // whose file system cannot be trusted is refused before any node joins.
 func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
-	if m, err := img.StoredMap(); err != nil || m != nil && !allBlocks {
+	if allBlocks {
+		return "", nil
+	}
+	if m, err := img.StoredMap(); err != nil || m != nil {
 		if err != nil {
 			return "", fmt.Errorf("%w; or pass -zero-free to cast it without its map", err)
 		}
 		return fmt.Sprintf("captured %s: %s of %s in use; the nodes discard the free blocks where the disk can, else leave them as they are (-zero-free writes its zeros)",
 			m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
 	}
-	if allBlocks || img.Encoding != imaging.Raw {
+	if img.Encoding != imaging.Raw {
 		return "", nil
 	}
 	if path := blockmap.FindBmap(img.Path); path != "" {
@@ -163,13 +166,25 @@ func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) 
 		r = bytes.NewReader(head)
 	}
 	l, err := wholedisk.Read(r, img.Size)
-	switch {
-	case errors.Is(err, wholedisk.ErrNotDisk) && growLast:
-		return nil, fmt.Errorf("-grow-last: image %s is not a whole disk's (no MBR or GPT partition table at its start)", img.Path)
-	case errors.Is(err, wholedisk.ErrNotDisk):
+	// Only -grow-last needs the layout: without it, a disk the nodes
+	// cannot fit is cast as it is, onto disks at least as large.
+	refuse := func(why string) (*control.DiskLayout, error) {
+		if growLast {
+			return nil, fmt.Errorf("-grow-last: image %s %s", img.Path, why)
+		}
 		return nil, nil
+	}
+	switch {
+	case errors.Is(err, wholedisk.ErrNotDisk):
+		return refuse("is not a whole disk's (no MBR or GPT partition table at its start)")
 	case err != nil:
-		return nil, fmt.Errorf("image %s: %w", img.Path, err)
+		return refuse(fmt.Sprintf("is not fitted to other disks: %v", err))
+	case l.MinSize > img.Size:
+		return refuse(fmt.Sprintf("ends before the room its GPT's backup table needs (%d bytes, not %d)", img.Size, l.MinSize))
+	case l.LastExtended:
+		if _, err := refuse("ends in an MBR extended partition, whose logical partitions are not grown"); err != nil {
+			return nil, err
+		}
 	}
 	return &control.DiskLayout{Table: l.Table, MinSize: l.MinSize, GrowLast: growLast}, nil
 }

@@ -332,7 +332,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	if s.mapNote != "" {
 		fmt.Fprintf(s.cfg.Out, "  %s\n", s.mapNote)
 	}
-	s.printDisk()
+	if !s.img.Encoding.Compressed() {
+		s.printDisk() // a compressed image's, once it is scanned
+	}
 	s.emit(Event{Type: EvListening, Image: &ImageInfo{Path: s.cfg.Image, Bytes: s.img.Size, StreamBytes: s.img.StreamSize,
 		Encoding: s.img.Encoding.String(), Listen: s.ln.Addr().String(), Nodes: s.cfg.Nodes}})
 	if s.cfg.Nodes > 0 {

@@ -77,14 +77,14 @@ func (r runSpec) String() string {
 // small one; the headline comparison uses 1 GiB.
 // The dirty images are the large one as a used disk is: ext4 whose 600
 // MiB of free space hold the data of a file deleted since, and NTFS and
-// FAT32 quick-formatted over 600 MiB of old data.
+// FAT32 quick-formatted over a disk full of old data.
 var imageSpecs = map[string]sampleimage.Spec{
 	"tiny":        {Size: 64 << 20, Files: 24 << 20},
 	"small":       {Size: 256 << 20, Files: 96 << 20},
 	"large":       {Size: 1 << 30, Files: 360 << 20},
 	"dirty":       {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20},
-	"dirty-ntfs":  {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20, FS: "ntfs"},
-	"dirty-fat32": {Size: 1 << 30, Files: 360 << 20, Junk: 600 << 20, FS: "fat32"},
+	"dirty-ntfs":  {Size: 1 << 30, Files: 360 << 20, Junk: 1 << 30, FS: "ntfs"},
+	"dirty-fat32": {Size: 1 << 30, Files: 360 << 20, Junk: 1 << 30, FS: "fat32"},
 }
 
 type benchPlan []runSpec

@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.ProgressEvery = 5 * time.Second
 	}
 	if cfg.Key != nil {
-		cfg.Key = cfg.Key.Shared()
+		cfg.Key = cfg.Key.Capture()
 	}
 	if err := imaging.CheckTargetUse(cfg.Source); err != nil && !(cfg.Force && errors.Is(err, imaging.ErrTargetInUse)) {
 		return Result{}, fmt.Errorf("%w: its file systems may change while they are read; unmount them first (or -force)", err)
@@ -138,6 +138,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	sent, err := send(enc, raw, cfg, start)
 	res.Sent, res.Digest = sent, enc.Digest()
 	if err != nil {
+		// A server that gave up says why before it closes.
+		if m, rerr := c.Recv(2 * time.Second); rerr == nil && m.Type == control.MsgResult && !m.Result.OK {
+			return res, fmt.Errorf("the server stopped the capture: %s", m.Result.Message)
+		}
 		return res, fmt.Errorf("sending the stream: %w", err)
 	}
 	// The server decodes what it stored before it answers.

@@ -156,6 +156,14 @@ func (k Key) Shared() Key {
 	return Key(k.Derive("shared cast key", nil))
 }
 
+// Capture is the key a capture (dolly capture to dolly-server -capture)
+// runs under: derived from the key file's k, and never handed to an
+// enrolled node, so only a holder of the key file can send the image the
+// lab is cast from, or pose as the server that stores it.
+func (k Key) Capture() Key {
+	return Key(k.Derive("capture key", nil))
+}
+
 // ServerKey is the text form of a server's public key, as dolly.serverkey=
 // and dolly -server-key take it.
 func ServerKey(pub ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(pub) }

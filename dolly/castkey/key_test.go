@@ -58,3 +58,15 @@ func TestFileWarning(t *testing.T) {
 		t.Errorf("a 0644 key file: %q", w)
 	}
 }
+
+// The capture key is the key file's alone: an enrolled node, which holds
+// only the shared key, cannot derive it.
+func TestCaptureKeyIsNotTheSharedOne(t *testing.T) {
+	k := NewKey()
+	if bytes.Equal(k.Capture(), k.Shared()) || bytes.Equal(k.Capture(), k) || bytes.Equal(k.Capture(), k.Shared().Capture()) {
+		t.Fatal("the capture key is one an enrolled node can derive")
+	}
+	if !bytes.Equal(k.Capture(), k.Capture()) {
+		t.Fatal("the capture key is not stable")
+	}
+}

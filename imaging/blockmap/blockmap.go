@@ -172,3 +172,25 @@ func readAt(r io.ReaderAt, p []byte, off int64, what string) error {
 	}
 	return nil
 }
+
+// DiskTable names the partition table a whole disk's image of size bytes
+// starts with: "GPT", "MBR", or "" when it holds none, or holds one beside
+// a file system's signature (a disk formatted whole and partitioned, or
+// the other way round: which one is live is not guessed).
+func DiskTable(r io.ReaderAt, size int64) (string, error) {
+	head := make([]byte, swapPage)
+	n, err := r.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the image's first blocks: %w", err)
+	}
+	head = head[:n]
+	ext, err := isExt(r)
+	if err != nil {
+		return "", err
+	}
+	_, fat := parseFAT(head)
+	if ext || fat || isNTFS(head) || isSwap(head) {
+		return "", nil
+	}
+	return partitionTable(head, size), nil
+}

@@ -44,7 +44,14 @@ func (m Map) closeGaps(gap int64) Map {
 	return out
 }
 
+// maxFSName bounds the file system's name in the binary form: a disk of
+// many partitions names them all, and the name is only for people.
+const maxFSName = 64
+
 func (m Map) marshal() []byte {
+	if len(m.FS) > maxFSName {
+		m.FS = m.FS[:maxFSName-3] + "..."
+	}
 	b := append([]byte(nil), mapMagic[:]...)
 	b = binary.AppendUvarint(b, uint64(m.Size))
 	b = binary.AppendUvarint(b, uint64(m.BlockSize))
@@ -86,7 +93,7 @@ func Decode(b []byte) (Map, error) {
 		return m, err
 	}
 	fsLen, err := next("file system name")
-	if err != nil || fsLen > int64(len(b)) || fsLen > 64 {
+	if err != nil || fsLen > int64(len(b)) || fsLen > maxFSName {
 		return m, fmt.Errorf("%w: bad file system name", errBadEncoding)
 	}
 	m.FS, b = string(b[:fsLen]), b[fsLen:]

@@ -3,6 +3,7 @@ package blockmap
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -91,4 +92,17 @@ func FuzzDecode(f *testing.F) {
 			end = e.End()
 		}
 	})
+}
+
+// A disk of many partitions names them all; the name is cut to fit.
+func TestEncodeLongName(t *testing.T) {
+	m := Map{FS: strings.Repeat("GPT disk (FAT32, ext4, NTFS) ", 5), BlockSize: 512, Size: 1 << 20, Used: []Extent{{0, 512}}}
+	b, err := m.Encode(1 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || len(got.FS) > maxFSName || !strings.HasPrefix(m.FS, strings.TrimSuffix(got.FS, "...")) {
+		t.Fatalf("decoded %q, %v", got.FS, err)
+	}
 }

@@ -91,7 +91,11 @@ func Fit(d Disk, imageSize, size int64, growLast bool) (Fitted, error) {
 // has, as UEFI asks, for a disk past 2 TiB.
 func fixProtectiveMBR(d Disk, size int64) error {
 	sectors := size/sectorSize - 1
-	if sectors <= 0xFFFFFFFF {
+	var entry [16]byte
+	if _, err := d.ReadAt(entry[:], 446); err != nil {
+		return fmt.Errorf("reading the protective MBR: %w", err)
+	}
+	if sectors <= 0xFFFFFFFF || entry[4] != 0xEE {
 		return nil
 	}
 	var b [4]byte
@@ -123,9 +127,8 @@ func fitMBR(d Disk, size int64, growLast bool, f *Fitted) error {
 		}
 	}
 	e := mbr[446+16*(last.Index-1):][:16]
-	switch e[4] {
-	case 0x05, 0x0F, 0x85:
-		return fmt.Errorf("the last partition is an extended one: its logical partitions are not grown")
+	if last.Extended {
+		return nil // its logical partitions are not grown (Layout.LastExtended)
 	}
 	sectors := min((size-last.Start)/sectorSize, 0xFFFFFFFF)
 	if sectors*sectorSize <= last.Len {

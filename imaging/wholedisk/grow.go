@@ -51,9 +51,13 @@ func growExt(ctx context.Context, path string, file bool, p Partition) error {
 	}
 	dev := fmt.Sprintf("%s?offset=%d", path, p.Start)
 	if file {
-		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", "--offset", fmt.Sprint(p.Start), "--sizelimit", fmt.Sprint(p.Len), path).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", "--offset", fmt.Sprint(p.Start), "--sizelimit", fmt.Sprint(p.Len), path).Output()
 		if err != nil {
-			return fmt.Errorf("a loop device over the partition: %v: %s: %w", err, strings.TrimSpace(string(out)), ErrCannotGrow)
+			var stderr []byte
+			if exit, ok := err.(*exec.ExitError); ok {
+				stderr = exit.Stderr
+			}
+			return fmt.Errorf("a loop device over the partition: %v: %s: %w", err, strings.TrimSpace(string(stderr)), ErrCannotGrow)
 		}
 		dev = strings.TrimSpace(string(out))
 		defer exec.Command("losetup", "--detach", dev).Run()

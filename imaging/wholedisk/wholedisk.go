@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"dolly/imaging/blockmap"
 )
 
 // sectorSize is the logical sector the tables are read and written in.
@@ -31,12 +33,16 @@ type Layout struct {
 	// MinSize is the smallest target that holds every partition (and,
 	// for GPT, the backup table after them).
 	MinSize int64
+	// LastExtended says the partition that ends last is an MBR extended
+	// one: its logical partitions are not grown.
+	LastExtended bool
 }
 
 // Partition is one partition of a disk, in bytes.
 type Partition struct {
 	Index      int
 	Start, Len int64
+	Extended   bool // an MBR extended partition, holding logical ones
 }
 
 // Read reads the layout of the whole disk imaged in the size bytes of r.
@@ -46,8 +52,16 @@ func Read(r io.ReaderAt, size int64) (Layout, error) {
 	if n, err := r.ReadAt(head, 0); n < len(head) {
 		return Layout{}, fmt.Errorf("reading the partition table: %v: %w", err, ErrNotDisk)
 	}
+	// The same test as the block map's: a partition table, and no file
+	// system's signature beside it.
+	table, err := blockmap.DiskTable(r, size)
+	if err != nil {
+		return Layout{}, err
+	}
 	switch {
-	case bytes.Equal(head[sectorSize:sectorSize+8], []byte("EFI PART")):
+	case table == "":
+		return Layout{}, ErrNotDisk
+	case table == "GPT" && bytes.Equal(head[sectorSize:sectorSize+8], []byte("EFI PART")):
 		t, err := readGPT(r, size)
 		if err != nil {
 			return Layout{}, err
@@ -59,11 +73,14 @@ func Read(r io.ReaderAt, size int64) (Layout, error) {
 		if err != nil {
 			return Layout{}, err
 		}
-		var end int64
+		l := Layout{Table: "MBR"}
 		for _, p := range parts {
-			end = max(end, p.Start+p.Len)
+			if p.Start+p.Len > l.End {
+				l.End, l.LastExtended = p.Start+p.Len, p.Extended
+			}
 		}
-		return Layout{Table: "MBR", End: end, MinSize: end}, nil
+		l.MinSize = l.End
+		return l, nil
 	}
 	return Layout{}, ErrNotDisk
 }
@@ -86,8 +103,21 @@ func readGPT(r io.ReaderAt, size int64) (gptTable, error) {
 		return gptTable{}, fmt.Errorf("reading the GPT header: %w", err)
 	}
 	t := gptTable{entries: int64(binary.LittleEndian.Uint32(hdr[80:])), entrySize: int64(binary.LittleEndian.Uint32(hdr[84:]))}
-	if t.entrySize != gpt.PartitionEntrySize || t.entries == 0 || t.entries > 4096 {
-		return t, fmt.Errorf("GPT of %d entries of %d bytes: only 128-byte entries are fitted to a disk", t.entries, t.entrySize)
+	// What the partition library writes back: 128-byte entries in whole
+	// sectors, from LBA 2.
+	if t.entrySize != gpt.PartitionEntrySize || t.entries == 0 || t.entries > 4096 || t.entries*t.entrySize%sectorSize != 0 ||
+		binary.LittleEndian.Uint64(hdr[72:]) != 2 || binary.LittleEndian.Uint32(hdr[12:]) != 92 {
+		return t, fmt.Errorf("a GPT laid out unusually (%d entries of %d bytes from LBA %d): it is not fitted to other disks",
+			t.entries, t.entrySize, binary.LittleEndian.Uint64(hdr[72:]))
+	}
+	// The library writes a protective MBR back: a hybrid one (partitions
+	// beside the 0xEE one) would lose its entries.
+	var mbr [64]byte
+	if _, err := r.ReadAt(mbr[:], 446); err != nil {
+		return t, fmt.Errorf("reading the protective MBR: %w", err)
+	}
+	if mbr[4] != 0xEE || !bytes.Equal(mbr[16:], make([]byte, 48)) {
+		return t, errors.New("a GPT disk with a hybrid MBR: it is not fitted to other disks")
 	}
 	var err error
 	t.Table, err = gpt.Read(&diskFile{r: r, size: size}, sectorSize, sectorSize)
@@ -130,7 +160,7 @@ func mbrPartitions(mbr []byte, size int64) ([]Partition, error) {
 		if start < sectorSize || n == 0 || start+n > size {
 			return nil, fmt.Errorf("MBR partition %d (%d+%d) is not inside the disk: %w", i+1, start, n, ErrNotDisk)
 		}
-		parts = append(parts, Partition{Index: i + 1, Start: start, Len: n})
+		parts = append(parts, Partition{Index: i + 1, Start: start, Len: n, Extended: e[4] == 0x05 || e[4] == 0x0F || e[4] == 0x85})
 	}
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("an MBR with no partitions: %w", ErrNotDisk)

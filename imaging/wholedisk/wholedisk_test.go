@@ -183,3 +183,34 @@ func TestFitMBR(t *testing.T) {
 		t.Errorf("sfdisk -d:\n%s", out)
 	}
 }
+
+// An MBR disk that ends in an extended partition is fitted without growing
+// it: its logical partitions are not grown, and nothing fails.
+func TestFitMBRExtendedLast(t *testing.T) {
+	need(t, "sfdisk")
+	img := filepath.Join(t.TempDir(), "mbr.img")
+	os.WriteFile(img, nil, 0o644)
+	os.Truncate(img, 32*mib)
+	cmd := exec.Command("sfdisk", "-q", img)
+	cmd.Stdin = strings.NewReader("label: dos\nstart=2048, size=8192, type=83\nstart=10240, size=20480, type=5\nstart=12288, size=8192, type=82\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sfdisk: %v\n%s", err, out)
+	}
+	f, _ := os.Open(img)
+	l, err := Read(f, 32*mib)
+	f.Close()
+	if err != nil || !l.LastExtended {
+		t.Fatalf("layout %+v, %v: want the extended partition last", l, err)
+	}
+	before := run(t, "sfdisk", "-d", img)
+	disk := copyTo(t, img, 48*mib)
+	d, _ := os.OpenFile(disk, os.O_RDWR, 0)
+	fitted, err := Fit(d, 32*mib, 48*mib, true)
+	d.Close()
+	if err != nil || fitted.Grown != nil {
+		t.Fatalf("fitted %+v, %v: want nothing grown, no error", fitted, err)
+	}
+	if after := run(t, "sfdisk", "-d", disk); strings.ReplaceAll(after, disk, img) != before {
+		t.Errorf("the table changed:\n%s\nwant\n%s", after, before)
+	}
+}

@@ -110,3 +110,35 @@ func TestCaptureRoundTrip(t *testing.T) {
 		t.Errorf("a node joining a capture: exit %d:\n%s", code, node.out.String())
 	}
 }
+
+// With -key, only a PC holding the key file may send the image, and it
+// sends only to a server holding it; both see why when the keys differ.
+func TestCaptureWithAKey(t *testing.T) {
+	dir := t.TempDir()
+	golden, _ := dirtyExt4(t, dir, 16<<20, 1<<20)
+	keys := []string{filepath.Join(dir, "a.key"), filepath.Join(dir, "b.key")}
+	for _, k := range keys {
+		if code := start(t, "dolly", "key", "-o", k).wait(t, 10*time.Second); code != 0 {
+			t.Fatal("dolly key failed")
+		}
+	}
+	capture := func(serverKey, nodeKey, out string) (*proc, *proc) {
+		addr := freePort(t)
+		srv := start(t, "dolly-server", "-capture", "-o", out, "-listen", addr, "-key", serverKey)
+		pc := start(t, "dolly", "capture", "-server", addr, "-source", golden, "-key", nodeKey, "-join-timeout", "30s")
+		pc.wait(t, time.Minute)
+		return srv, pc
+	}
+	out := filepath.Join(dir, "keyed.img.zst")
+	srv, pc := capture(keys[0], keys[0], out)
+	if code := srv.wait(t, time.Minute); code != 0 || pc.cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("keyed capture: server %d, node %d\n%s\n%s", code, pc.cmd.ProcessState.ExitCode(), srv.out.String(), pc.out.String())
+	}
+	srv, pc = capture(keys[0], keys[1], filepath.Join(dir, "other.img.zst"))
+	if pc.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(pc.out.String(), "authentication failed") {
+		t.Errorf("a capture under another key: exit %d\n%s", pc.cmd.ProcessState.ExitCode(), pc.out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other.img.zst")); err == nil {
+		t.Error("an image was stored from a PC without the key")
+	}
+}
