@@ -9,8 +9,8 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 
 	"dolly/dolly/control"
 	"dolly/dolly/stream"
