@@ -86,10 +86,10 @@ initramfs-arm64:
 	$(GO) build -o $(BIN)/mkinitramfs ./initramfs/cmd/mkinitramfs
 	$(BIN)/mkinitramfs -o $(BIN)/arm64/initramfs.cpio.gz -init $(BIN)/arm64/dolly-init -shell $(BIN)/arm64/gosh $(if $(MODULES_ARM64),-modules $(MODULES_ARM64),-no-modules)
 
-## netboot-test: qemu VMs (2 BIOS, 1 UEFI; then 1 UEFI with Secure Boot; then one refusing a tampered kernel; then a lab service sending a PC to its disk) PXE-boot from dolly-server -boot, clone an image and are sent to their disks (root, qemu, ovmf, shim-signed, grub-efi-amd64-signed, ~3 min)
+## netboot-test: qemu VMs (2 BIOS, 1 UEFI; then 1 UEFI with Secure Boot; then one refusing a tampered kernel; then a lab service sending a PC to its disk; then a golden PC captured) PXE-boot from dolly-server -boot, clone an image and are sent to their disks (root, qemu, ovmf, shim-signed, grub-efi-amd64-signed, ~3 min)
 .PHONY: netboot-test
 netboot-test: build initramfs
-	DOLLY_NETBOOT=1 DOLLY_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run 'TestNetboot(Cast|SecureBoot|SecureBootRefusesTamperedKernel|ServeBootsTheDisk)$$' -timeout 20m ./internal/netboot
+	DOLLY_NETBOOT=1 DOLLY_BIN=$(abspath $(BIN)) $(GO) test -count=1 -v -run 'TestNetboot(Cast|SecureBoot|SecureBootRefusesTamperedKernel|ServeBootsTheDisk|Capture)$$' -timeout 20m ./internal/netboot
 
 clean:
 	rm -rf $(BIN)

@@ -17,6 +17,9 @@ type Boot struct {
 	Server string // dolly.server: dolly-server's control address, host:port (required)
 	Target string // dolly.target: where to write, a path or a disk: query (see dolly.ResolveTarget)
 	Name   string // dolly.name: how the server shows this node
+	// Capture is dolly.capture: the disk (a path or a disk: query) to send
+	// to dolly-server -capture, instead of joining a cast.
+	Capture string
 	Key    string // dolly.key: the cast key's text (on a network only the lab reaches)
 	// ServerKey is dolly.serverkey: the server's public key, with which a
 	// node enrolls instead of holding the cast key.
@@ -57,6 +60,8 @@ func ParseCmdline(cmdline string) (Boot, error) {
 			b.Target = value
 		case "name":
 			b.Name = value
+		case "capture":
+			b.Capture = value
 		case "key":
 			b.Key = value
 		case "serverkey":

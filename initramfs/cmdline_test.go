@@ -29,6 +29,11 @@ func TestParseCmdline(t *testing.T) {
 			want:    Boot{Server: "198.18.0.1:9700", ServerKey: "Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg"},
 		},
 		{
+			name:    "capture",
+			cmdline: "dolly.server=198.18.0.1 dolly.capture=disk:first dolly.after=poweroff",
+			want:    Boot{Server: "198.18.0.1:9700", Capture: "disk:first", After: "poweroff"},
+		},
+		{
 			name:    "default port",
 			cmdline: "dolly.server=imgsrv",
 			want:    Boot{Server: "imgsrv:9700"},

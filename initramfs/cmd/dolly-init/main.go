@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -28,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"dolly/dolly/capture"
 	"dolly/dolly/castkey"
 	"dolly/dolly/node"
 	"dolly/initramfs"
@@ -64,6 +66,19 @@ func main() {
 	boot, err := start(log, level)
 	if err != nil {
 		rescue(log, console, err)
+	}
+	if boot.Capture != "" {
+		res, err := captureDisk(log, console, boot)
+		unix.Sync()
+		if err != nil {
+			banner(console, "FAILED", err.Error())
+			rescue(log, console, err)
+		}
+		banner(console, "CAPTURED", fmt.Sprintf("%s sent to the server: %s for %s in use, content digest %s",
+			boot.Capture, units.FormatBytes(res.Sent), units.FormatBytes(res.Used), res.Digest))
+		after := cmp.Or(boot.After, "shell")
+		log.Info("after the capture", "action", after)
+		finish(log, console, after)
 	}
 	res, err := cast(log, boot)
 	unix.Sync()
@@ -148,6 +163,26 @@ func cast(log *slog.Logger, boot initramfs.Boot) (node.Result, error) {
 		JoinTimeout: 0, // keep trying: the node may boot before the server starts
 		Logger:      log,
 	})
+}
+
+// captureDisk sends the disk dolly.capture names to the server, which
+// stores it as an image. It reads the disk, never writes it.
+func captureDisk(log *slog.Logger, console *os.File, boot initramfs.Boot) (capture.Result, error) {
+	var key castkey.Key
+	if boot.Key != "" {
+		k, err := castkey.ParseKey(boot.Key)
+		if err != nil {
+			return capture.Result{}, fmt.Errorf("dolly.key: %w", err)
+		}
+		key = k
+	}
+	source, err := node.ResolveTarget(boot.Capture)
+	if err != nil {
+		return capture.Result{}, fmt.Errorf("dolly.capture=%s: %w", boot.Capture, err)
+	}
+	log.Info("capturing", "server", boot.Server, "source", source, "keyed", key != nil)
+	return capture.Run(context.Background(), capture.Config{Server: boot.Server, Source: source, Name: boot.Name, Key: key,
+		Out: console, Logger: log})
 }
 
 // finish performs the after-cast action. It does not return.

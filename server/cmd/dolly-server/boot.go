@@ -170,11 +170,11 @@ type bootPolicy struct {
 
 // page, if set, serves every HTTP path that is not a boot file (the status
 // page); out is the admin's view.
-func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, policy bootPolicy, page http.Handler, out io.Writer, logger *slog.Logger) (errc <-chan error, err error) {
+func (b *bootFlags) start(ctx context.Context, controlAddr string, key castkey.Key, policy bootPolicy, page http.Handler, out io.Writer, logger *slog.Logger, extraArgs ...string) (errc <-chan error, err error) {
 	if !*b.enabled {
 		return nil, nil
 	}
-	args := strings.Fields(*b.kernelArgs)
+	args := append(strings.Fields(*b.kernelArgs), extraArgs...)
 	if key != nil {
 		args = append(args, "dolly.serverkey="+castkey.ServerKey(key.Identity().Public().(ed25519.PublicKey)))
 	}

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -172,7 +173,12 @@ func run() int {
 		if *output == "text" || *output == "json" || *output == "" {
 			return usageErr("-capture needs -o FILE, the image to store (e.g. -o golden.img.zst)")
 		}
-		return runCapture(*listen, *output, *keyFile, *progressEvery, *verbose)
+		after, err := bootf.check()
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		return runCapture(captureArgs{listen: *listen, output: *output, keyFile: *keyFile, target: *target, after: after,
+			progressEvery: *progressEvery, verbose: *verbose, boot: bootf})
 	}
 	if *output != "text" && *output != "json" {
 		return usageErr("-o %q: want text or json", *output)
@@ -407,22 +413,46 @@ func run() int {
 const rebootWait = 3 * time.Minute
 
 // runPreview prints the model's view of every plan and casts nothing.
-// runCapture is dolly-server -capture -o FILE.
-func runCapture(listen, output, keyFile string, progressEvery time.Duration, verbose bool) int {
-	cfg := server.CaptureConfig{Listen: listen, Output: output, ProgressEvery: progressEvery, Out: os.Stdout,
-		Logger: cli.Logger(os.Stderr, verbose, verbose)}
-	if keyFile != "" {
-		k, err := castkey.ReadKeyFile(keyFile)
+// captureArgs are the flags dolly-server -capture takes.
+type captureArgs struct {
+	listen, output, keyFile string
+	target, after           string // with -boot: the disk the netbooted PC sends, and what it does then
+	progressEvery           time.Duration
+	verbose                 bool
+	boot                    *bootFlags
+}
+
+// runCapture is dolly-server -capture -o FILE: it stores the disk one
+// golden PC sends, run by hand (dolly capture) or netbooted with -boot.
+func runCapture(a captureArgs) int {
+	cfg := server.CaptureConfig{Listen: a.listen, Output: a.output, ProgressEvery: a.progressEvery, Out: os.Stdout,
+		Logger: cli.Logger(os.Stderr, a.verbose, a.verbose)}
+	if a.keyFile != "" {
+		k, err := castkey.ReadKeyFile(a.keyFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
 			return cli.ExitNotStarted
 		}
 		cfg.Key = k
+		if *a.boot.enabled && !strings.Contains(*a.boot.kernelArgs, "dolly.key=") {
+			fmt.Fprintln(os.Stderr, "dolly-server: warning: -key with -boot: a netbooted PC holds no key file, so it cannot capture; give it the key's text with -kernel-args dolly.key=TEXT (on a network only the lab reaches), or capture by hand with dolly capture -key")
+		}
 	} else {
 		fmt.Fprintln(os.Stderr, "dolly-server: warning: no -key: anyone on this network can send the image to store")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Netbooted, the golden PC is told on its command line to capture
+	// its disk (disk:first unless -target names one), then what to do.
+	extra := []string{"dolly.capture=" + cmp.Or(a.target, "disk:first")}
+	if a.after != "" {
+		extra = append(extra, "dolly.after="+a.after)
+	}
+	logger := cli.Logger(os.Stderr, false, a.verbose)
+	if _, err := a.boot.start(ctx, a.listen, cfg.Key, bootPolicy{}, nil, os.Stdout, logger, extra...); err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		return cli.ExitNotStarted
+	}
 	sum, err := server.Capture(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
@@ -432,7 +462,7 @@ func runCapture(listen, output, keyFile string, progressEvery time.Duration, ver
 		return cli.ExitFailed
 	}
 	fmt.Printf("captured %s of %s: %s raw, %s in use, stored as %s (%s) in %.1fs; digest %s\n", sum.Source, sum.Node,
-		units.FormatBytes(sum.Size), units.FormatBytes(sum.Used), output, units.FormatBytes(sum.Stored), sum.Seconds, sum.Digest.Short())
+		units.FormatBytes(sum.Size), units.FormatBytes(sum.Used), a.output, units.FormatBytes(sum.Stored), sum.Seconds, sum.Digest.Short())
 	return 0
 }
 
