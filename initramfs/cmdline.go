@@ -20,7 +20,7 @@ type Boot struct {
 	// Capture is dolly.capture: the disk (a path or a disk: query) to send
 	// to dolly-server -capture, instead of joining a cast.
 	Capture string
-	Key    string // dolly.key: the cast key's text (on a network only the lab reaches)
+	Key     string // dolly.key: the cast key's text (on a network only the lab reaches)
 	// ServerKey is dolly.serverkey: the server's public key, with which a
 	// node enrolls instead of holding the cast key.
 	ServerKey string
