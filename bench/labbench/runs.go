@@ -159,6 +159,20 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	if err == nil && verify {
 		err = e.check(img, r.nodes-1, img.castSHA256(r))
 	}
+	if err == nil && verify && dirtyImage(img.name) {
+		// A used disk's image: every target, and its file system checks
+		// clean with the file system's own tool.
+		for node := range r.nodes - 1 {
+			if err = e.check(img, node, img.castSHA256(r)); err != nil {
+				break
+			}
+		}
+		for node := range r.nodes {
+			if err == nil {
+				err = fsCheck(imageSpecs[img.name].FS, e.disks[img.name][node], node)
+			}
+		}
+	}
 	if err != nil {
 		res.err = err.Error()
 	}
@@ -412,6 +426,26 @@ func (e *labEnv) check(img image, node int, want string) error {
 	}
 	if got != want {
 		return fmt.Errorf("pc%02d's target differs from the image", node+1)
+	}
+	return nil
+}
+
+// fsCheck checks the file system on a node's target with its own tool,
+// changing nothing: e2fsck -fn, ntfsfix -n, fsck.fat -n.
+func fsCheck(fs, dev string, node int) error {
+	var cmd *exec.Cmd
+	switch fs {
+	case "", "ext4":
+		cmd = exec.Command("e2fsck", "-fn", dev)
+	case "ntfs":
+		cmd = exec.Command("ntfsfix", "-n", dev)
+	case "fat32":
+		cmd = exec.Command("fsck.fat", "-n", dev)
+	default:
+		return fmt.Errorf("no check for a %s file system", fs)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pc%02d: %s: %v: %s", node+1, strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
