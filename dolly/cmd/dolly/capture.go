@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,7 +10,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"dolly/dolly/capture"
-	"dolly/dolly/castkey"
 	"dolly/internal/cli"
 	"dolly/internal/units"
 )
@@ -61,18 +59,10 @@ func captureDisk(args []string) int {
 	case *source == "":
 		return usageErr("-source is required: the disk to capture, e.g. /dev/sda")
 	}
-	addr := *server
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr += ":9700"
-	}
-	var key castkey.Key
-	if *keyFile != "" {
-		k, err := castkey.ReadKeyFile(*keyFile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dolly capture: %v\n", err)
-			return cli.ExitNotStarted
-		}
-		key = k
+	addr := serverAddr(*server)
+	key, ok := readKey("dolly capture", *keyFile)
+	if !ok {
+		return cli.ExitNotStarted
 	}
 	if *name == "" {
 		*name, _ = os.Hostname()

@@ -102,21 +102,10 @@ func runNode(args []string) int {
 	if *server == "" {
 		return cli.UsageError("dolly", "-server is required")
 	}
-	addr := *server
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr += ":9700"
-	}
-	var key castkey.Key
-	if *keyFile != "" {
-		k, err := castkey.ReadKeyFile(*keyFile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
-			return cli.ExitNotStarted
-		}
-		if w := castkey.FileWarning(*keyFile); w != "" {
-			fmt.Fprintf(os.Stderr, "dolly: warning: %s\n", w)
-		}
-		key = k
+	addr := serverAddr(*server)
+	key, ok := readKey("dolly", *keyFile)
+	if !ok {
+		return cli.ExitNotStarted
 	}
 	var pub ed25519.PublicKey
 	if *serverKey != "" {
@@ -248,6 +237,32 @@ func keygen(args []string) int {
 	}
 	fmt.Printf("dolly key: wrote a new cast key to %s\n", *out)
 	return 0
+}
+
+// serverAddr is dolly-server's address as given, on port 9700 unless it
+// names one.
+func serverAddr(s string) string {
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return s + ":9700"
+	}
+	return s
+}
+
+// readKey reads the cast key file at path ("": no key), warning when the
+// file is readable by others; ok is false, the error told, if it cannot.
+func readKey(prog, path string) (key castkey.Key, ok bool) {
+	if path == "" {
+		return nil, true
+	}
+	k, err := castkey.ReadKeyFile(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		return nil, false
+	}
+	if w := castkey.FileWarning(path); w != "" {
+		fmt.Fprintf(os.Stderr, "%s: warning: %s\n", prog, w)
+	}
+	return k, true
 }
 
 // help is "dolly help [command]": the command's --help.

@@ -137,13 +137,9 @@ func start(log *slog.Logger, level *slog.LevelVar) (initramfs.Boot, error) {
 
 // cast runs the dolly node until the server has verified the target.
 func cast(log *slog.Logger, boot initramfs.Boot) (node.Result, error) {
-	var key castkey.Key
-	if boot.Key != "" {
-		k, err := castkey.ParseKey(boot.Key)
-		if err != nil {
-			return node.Result{}, fmt.Errorf("dolly.key: %w", err)
-		}
-		key = k
+	key, err := bootKey(boot)
+	if err != nil {
+		return node.Result{}, err
 	}
 	var serverKey ed25519.PublicKey
 	if boot.ServerKey != "" && key == nil {
@@ -168,13 +164,9 @@ func cast(log *slog.Logger, boot initramfs.Boot) (node.Result, error) {
 // captureDisk sends the disk dolly.capture names to the server, which
 // stores it as an image. It reads the disk, never writes it.
 func captureDisk(log *slog.Logger, console *os.File, boot initramfs.Boot) (capture.Result, error) {
-	var key castkey.Key
-	if boot.Key != "" {
-		k, err := castkey.ParseKey(boot.Key)
-		if err != nil {
-			return capture.Result{}, fmt.Errorf("dolly.key: %w", err)
-		}
-		key = k
+	key, err := bootKey(boot)
+	if err != nil {
+		return capture.Result{}, err
 	}
 	source, err := node.ResolveTarget(boot.Capture)
 	if err != nil {
@@ -183,6 +175,18 @@ func captureDisk(log *slog.Logger, console *os.File, boot initramfs.Boot) (captu
 	log.Info("capturing", "server", boot.Server, "source", source, "keyed", key != nil)
 	return capture.Run(context.Background(), capture.Config{Server: boot.Server, Source: source, Name: boot.Name, Key: key,
 		Out: console, Logger: log})
+}
+
+// bootKey is the cast key dolly.key gives, if any.
+func bootKey(boot initramfs.Boot) (castkey.Key, error) {
+	if boot.Key == "" {
+		return nil, nil
+	}
+	k, err := castkey.ParseKey(boot.Key)
+	if err != nil {
+		return nil, fmt.Errorf("dolly.key: %w", err)
+	}
+	return k, nil
 }
 
 // finish performs the after-cast action. It does not return.
