@@ -13,6 +13,11 @@ type Discarder interface {
 // zero them on the target, FreeSkipper discards them where the target
 // can, or leaves them as they are. Zeros in blocks the map says are in use
 // are zeroed as ever. The digest is the stream's and is not affected.
+//
+// The first and last signatureEdge bytes are zeroed all the same where
+// free: that is where RAID, LVM, ZFS, btrfs and swap keep the signatures
+// that make a system take a disk for theirs, and what the disk held
+// before must not come back to life beside the new file system.
 type FreeSkipper struct {
 	w    BlockWriter
 	used blockmap.Map
@@ -25,6 +30,38 @@ func SkipFree(w BlockWriter, used blockmap.Map) *FreeSkipper {
 
 // WriteAt writes p at off.
 func (s *FreeSkipper) WriteAt(p []byte, off int64) (int, error) { return s.w.WriteAt(p, off) }
+
+// signatureEdge is how much of each end of the image is zeroed where free.
+const signatureEdge = 1 << 20
+
+// skip gives up the free range [off, off+n), but zeroes what of it lies
+// in the image's first or last signatureEdge bytes.
+func (s *FreeSkipper) skip(off, n int64) error {
+	head, tail := int64(signatureEdge), s.used.Size-signatureEdge
+	end := off + n
+	for off < end {
+		var k int64
+		var err error
+		switch {
+		case off < head:
+			k = min(end, head) - off
+			err = s.w.ZeroRange(off, k)
+		case off >= tail:
+			k = end - off
+			err = s.w.ZeroRange(off, k)
+		default:
+			k = min(end, tail) - off
+			if d, ok := s.w.(Discarder); ok {
+				err = d.Discard(off, k)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
 
 // ZeroRange zeroes what of [off, off+n) is in use and skips the rest.
 func (s *FreeSkipper) ZeroRange(off, n int64) error {
@@ -39,10 +76,8 @@ func (s *FreeSkipper) ZeroRange(off, n int64) error {
 		start, usedEnd := s.used.NextUsed(off)
 		if start > off {
 			k := min(start, end) - off
-			if d, ok := s.w.(Discarder); ok {
-				if err := d.Discard(off, k); err != nil {
-					return err
-				}
+			if err := s.skip(off, k); err != nil {
+				return err
 			}
 			off += k
 			continue

@@ -32,21 +32,24 @@ func (l *discardLog) Discard(off, n int64) error {
 }
 
 func TestSkipFree(t *testing.T) {
-	used := blockmap.Map{Size: 1 << 20, BlockSize: 4096, Used: []blockmap.Extent{{Off: 0, Len: 8192}, {Off: 65536, Len: 4096}}}
+	const mib = 1 << 20
+	used := blockmap.Map{Size: 64 * mib, BlockSize: 4096, Used: []blockmap.Extent{{Off: 0, Len: 8192}, {Off: 2 * mib, Len: 4096}}}
+	op := func(what string, off, n int64) string { return fmt.Sprintf("%s %d+%d", what, off, n) }
 	tests := []struct {
 		name    string
 		do      func(BlockWriter)
 		discard bool
 		want    []string
 	}{
-		{"zeros in use are zeroed, free ones discarded", func(w BlockWriter) { w.ZeroRange(4096, 1<<20-4096) }, true,
-			[]string{"zero 4096+4096", "discard 8192+57344", "zero 65536+4096", "discard 69632+978944"}},
-		{"free ones left where the target cannot discard", func(w BlockWriter) { w.ZeroRange(0, 1<<20) }, false,
-			[]string{"zero 0+8192", "zero 65536+4096"}},
+		{"zeros in use are zeroed, free ones discarded but at the edges", func(w BlockWriter) { w.ZeroRange(4096, 64*mib-4096) }, true,
+			[]string{op("zero", 4096, 4096), op("zero", 8192, mib-8192), op("discard", mib, mib), op("zero", 2*mib, 4096),
+				op("discard", 2*mib+4096, 61*mib-4096), op("zero", 63*mib, mib)}},
+		{"free ones left where the target cannot discard", func(w BlockWriter) { w.ZeroRange(0, 64*mib) }, false,
+			[]string{op("zero", 0, 8192), op("zero", 8192, mib-8192), op("zero", 2*mib, 4096), op("zero", 63*mib, mib)}},
 		{"data is written wherever it lies", func(w BlockWriter) { w.WriteAt(make([]byte, 100), 9000) }, true,
 			[]string{"write 9000+100"}},
-		{"a range wholly free", func(w BlockWriter) { w.ZeroRange(16384, 4096) }, true,
-			[]string{"discard 16384+4096"}},
+		{"a range wholly free", func(w BlockWriter) { w.ZeroRange(16*mib, 4096) }, true,
+			[]string{op("discard", 16*mib, 4096)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
