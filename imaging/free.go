@@ -14,46 +14,50 @@ type Discarder interface {
 // can, or leaves them as they are. Zeros in blocks the map says are in use
 // are zeroed as ever. The digest is the stream's and is not affected.
 //
-// The first and last signatureEdge bytes are zeroed all the same where
-// free: that is where RAID, LVM, ZFS, btrfs and swap keep the signatures
-// that make a system take a disk for theirs, and what the disk held
-// before must not come back to life beside the new file system.
+// The first and last SignatureEdge bytes of the image, and of each of a
+// whole disk's partitions, are zeroed all the same where free: that is
+// where RAID, LVM, ZFS, btrfs and swap keep the signatures that make a
+// system take a disk for theirs, and what the disk held before must not
+// come back to life beside the new file system.
 type FreeSkipper struct {
-	w    BlockWriter
-	used blockmap.Map
+	w     BlockWriter
+	used  blockmap.Map
+	zones blockmap.Map // zeroed where free
 }
 
-// SkipFree wraps w to skip the bytes used does not mark in use.
-func SkipFree(w BlockWriter, used blockmap.Map) *FreeSkipper {
-	return &FreeSkipper{w: w, used: used}
+// SignatureEdge is how much of each end of an image or partition is
+// zeroed where free.
+const SignatureEdge = 1 << 20
+
+// SkipFree wraps w to skip the bytes used does not mark in use. parts are
+// the partitions of a whole disk's image, if it is one.
+func SkipFree(w BlockWriter, used blockmap.Map, parts ...blockmap.Extent) *FreeSkipper {
+	zones := []blockmap.Extent{{Off: 0, Len: SignatureEdge}, {Off: used.Size - SignatureEdge, Len: SignatureEdge}}
+	for _, p := range parts {
+		zones = append(zones, blockmap.Extent{Off: p.Off, Len: min(p.Len, SignatureEdge)},
+			blockmap.Extent{Off: p.End() - min(p.Len, SignatureEdge), Len: min(p.Len, SignatureEdge)})
+	}
+	return &FreeSkipper{w: w, used: used, zones: blockmap.Of(used.Size, zones...)}
 }
 
 // WriteAt writes p at off.
 func (s *FreeSkipper) WriteAt(p []byte, off int64) (int, error) { return s.w.WriteAt(p, off) }
 
-// signatureEdge is how much of each end of the image is zeroed where free.
-const signatureEdge = 1 << 20
-
 // skip gives up the free range [off, off+n), but zeroes what of it lies
-// in the image's first or last signatureEdge bytes.
+// in a signature zone.
 func (s *FreeSkipper) skip(off, n int64) error {
-	head, tail := int64(signatureEdge), s.used.Size-signatureEdge
 	end := off + n
 	for off < end {
 		var k int64
 		var err error
-		switch {
-		case off < head:
-			k = min(end, head) - off
-			err = s.w.ZeroRange(off, k)
-		case off >= tail:
-			k = end - off
-			err = s.w.ZeroRange(off, k)
-		default:
-			k = min(end, tail) - off
+		if start, zoneEnd := s.zones.NextUsed(off); start > off {
+			k = min(start, end) - off
 			if d, ok := s.w.(Discarder); ok {
 				err = d.Discard(off, k)
 			}
+		} else {
+			k = min(zoneEnd, end) - off
+			err = s.w.ZeroRange(off, k)
 		}
 		if err != nil {
 			return err

@@ -40,16 +40,20 @@ func TestSkipFree(t *testing.T) {
 		do      func(BlockWriter)
 		discard bool
 		want    []string
+		parts   []blockmap.Extent
 	}{
+		{"a whole disk's partitions keep their ends zeroed", func(w BlockWriter) { w.ZeroRange(4*mib, 36*mib) }, true,
+			[]string{op("discard", 4*mib, 4*mib), op("zero", 8*mib, mib), op("discard", 9*mib, 14*mib), op("zero", 23*mib, mib), op("discard", 24*mib, 16*mib)},
+			[]blockmap.Extent{{Off: 8 * mib, Len: 16 * mib}}},
 		{"zeros in use are zeroed, free ones discarded but at the edges", func(w BlockWriter) { w.ZeroRange(4096, 64*mib-4096) }, true,
 			[]string{op("zero", 4096, 4096), op("zero", 8192, mib-8192), op("discard", mib, mib), op("zero", 2*mib, 4096),
-				op("discard", 2*mib+4096, 61*mib-4096), op("zero", 63*mib, mib)}},
+				op("discard", 2*mib+4096, 61*mib-4096), op("zero", 63*mib, mib)}, nil},
 		{"free ones left where the target cannot discard", func(w BlockWriter) { w.ZeroRange(0, 64*mib) }, false,
-			[]string{op("zero", 0, 8192), op("zero", 8192, mib-8192), op("zero", 2*mib, 4096), op("zero", 63*mib, mib)}},
+			[]string{op("zero", 0, 8192), op("zero", 8192, mib-8192), op("zero", 2*mib, 4096), op("zero", 63*mib, mib)}, nil},
 		{"data is written wherever it lies", func(w BlockWriter) { w.WriteAt(make([]byte, 100), 9000) }, true,
-			[]string{"write 9000+100"}},
+			[]string{"write 9000+100"}, nil},
 		{"a range wholly free", func(w BlockWriter) { w.ZeroRange(16*mib, 4096) }, true,
-			[]string{op("discard", 16*mib, 4096)}},
+			[]string{op("discard", 16*mib, 4096)}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +65,10 @@ func TestSkipFree(t *testing.T) {
 			} else {
 				log = &opLog{}
 				w = SkipFree(log, used)
+			}
+			if tc.parts != nil {
+				d := &discardLog{}
+				log, w = &d.opLog, SkipFree(d, used, tc.parts...)
 			}
 			tc.do(w)
 			if !slices.Equal(log.ops, tc.want) {

@@ -186,8 +186,15 @@ func diskLayout(img *imaging.Image, growLast bool) (*control.DiskLayout, error) 
 			return nil, err
 		}
 	}
-	return &control.DiskLayout{Table: l.Table, MinSize: l.MinSize, GrowLast: growLast}, nil
+	d := &control.DiskLayout{Table: l.Table, MinSize: l.MinSize, GrowLast: growLast}
+	for _, p := range l.Parts[:min(len(l.Parts), maxParts)] {
+		d.Parts = append(d.Parts, [2]int64{p.Start, p.Len})
+	}
+	return d, nil
 }
+
+// maxParts bounds the partitions a welcome names.
+const maxParts = 256
 
 // diskHead is how much of a compressed image is decoded to read a whole
 // disk's partition table: MBR, GPT header and entries, with room.

@@ -211,6 +211,9 @@ type DiskLayout struct {
 	// GrowLast has the last partition grow to the end of the target, and
 	// its file system with it where the node can.
 	GrowLast bool `json:"grow_last,omitempty"`
+	// Parts are the partitions, each its offset and length in bytes: the
+	// node zeroes their ends where free (imaging.SkipFree).
+	Parts [][2]int64 `json:"parts,omitempty"`
 }
 
 // Ready reports a checked target and, unless the node was told not to

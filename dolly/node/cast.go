@@ -13,6 +13,7 @@ import (
 	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 	"dolly/imaging"
+	"dolly/imaging/blockmap"
 )
 
 // receipt is the receiver's outcome once it has the whole stream.
@@ -175,7 +176,13 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 		w = imaging.Clip(tg, size)
 	}
 	if n.used != nil {
-		w = imaging.SkipFree(w, *n.used)
+		var parts []blockmap.Extent
+		if d := n.welcome.Disk; d != nil {
+			for _, p := range d.Parts {
+				parts = append(parts, blockmap.Extent{Off: p[0], Len: p[1]})
+			}
+		}
+		w = imaging.SkipFree(w, *n.used, parts...)
 	}
 	d, _, err := stream.Receive(n.relay.Reader(), h, n.frameKey, w, &n.counters, hooks)
 	if errors.Is(err, castkey.ErrAuth) {

@@ -194,3 +194,16 @@ func DiskTable(r io.ReaderAt, size int64) (string, error) {
 	}
 	return partitionTable(head, size), nil
 }
+
+// Of is the map of size bytes that marks the given extents, in any order
+// and overlapping or not, clipped to size.
+func Of(size int64, extents ...Extent) Map {
+	all := slices.Clone(extents)
+	slices.SortFunc(all, func(x, y Extent) int { return cmp.Compare(x.Off, y.Off) })
+	var bl builder
+	for _, e := range all {
+		off := max(e.Off, 0)
+		bl.add(off, min(e.End(), size)-off)
+	}
+	return Map{Size: size, Used: bl.used}
+}

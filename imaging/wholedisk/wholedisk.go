@@ -36,6 +36,8 @@ type Layout struct {
 	// LastExtended says the partition that ends last is an MBR extended
 	// one: its logical partitions are not grown.
 	LastExtended bool
+	// Parts are the partitions (an MBR's primary ones, extended ones whole).
+	Parts []Partition
 }
 
 // Partition is one partition of a disk, in bytes.
@@ -67,13 +69,17 @@ func Read(r io.ReaderAt, size int64) (Layout, error) {
 			return Layout{}, err
 		}
 		end := lastPartition(t)
-		return Layout{Table: "GPT", End: end.Start + end.Len, MinSize: end.Start + end.Len + t.tableBytes() + sectorSize}, nil
+		l := Layout{Table: "GPT", End: end.Start + end.Len, MinSize: end.Start + end.Len + t.tableBytes() + sectorSize}
+		for _, p := range t.Partitions {
+			l.Parts = append(l.Parts, Partition{Index: p.Index, Start: int64(p.Start) * sectorSize, Len: int64(p.End-p.Start+1) * sectorSize})
+		}
+		return l, nil
 	case head[510] == 0x55 && head[511] == 0xAA:
 		parts, err := mbrPartitions(head[:sectorSize], size)
 		if err != nil {
 			return Layout{}, err
 		}
-		l := Layout{Table: "MBR"}
+		l := Layout{Table: "MBR", Parts: parts}
 		for _, p := range parts {
 			if p.Start+p.Len > l.End {
 				l.End, l.LastExtended = p.Start+p.Len, p.Extended

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,7 +69,9 @@ func TestReadLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Layout{Table: "GPT", End: 29 * mib, MinSize: 29*mib + 32*512 + 512}); l != want {
+	want := Layout{Table: "GPT", End: 29 * mib, MinSize: 29*mib + 32*512 + 512,
+		Parts: []Partition{{Index: 1, Start: mib, Len: 8 * mib}, {Index: 2, Start: 9 * mib, Len: 20 * mib}}}
+	if l.Table != want.Table || l.End != want.End || l.MinSize != want.MinSize || !slices.Equal(l.Parts, want.Parts) {
 		t.Errorf("got %+v, want %+v", l, want)
 	}
 	plain := filepath.Join(t.TempDir(), "fs.img")
