@@ -31,7 +31,11 @@ A mounted source is refused (its file systems could change while they are
 read): capture from the netboot initramfs, or unmount first. A file system
 not cleanly unmounted is refused too: check it first (e2fsck -f, fsck.fat,
 chkdsk), or send every block with -all-blocks.
-` + cli.ExitCodes + `
+
+Exit codes: 0 the server stored the image and checked its digest; 1 the
+capture started but failed (the server keeps nothing); 2 a usage error; 3 it
+could not start (no server, an unreadable or refused source).
+
 Example:
   dolly capture -server 198.18.0.1:9700 -source /dev/sda
 
