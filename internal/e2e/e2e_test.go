@@ -266,6 +266,10 @@ func TestUsageErrors(t *testing.T) {
 		{"dolly-server", []string{"-image", "x", "-nodes", "1", "-max-rate", "fast"}, "-max-rate"},
 		{"dolly-server", []string{"-image", "x", "-bogus"}, "unknown"},
 		{"dolly", nil, "-server is required"},
+		{"dolly", []string{"capture"}, "-server is required"},
+		{"dolly", []string{"capture", "-server", "127.0.0.1"}, "-source is required"},
+		{"dolly-server", []string{"-capture"}, "-capture needs -o FILE"},
+		{"dolly-server", []string{"-capture", "-o", "x.zst", "-image", "y"}, "leave -image"},
 	}
 	for _, tt := range tests {
 		p := start(t, tt.bin, tt.args...)
@@ -278,6 +282,12 @@ func TestUsageErrors(t *testing.T) {
 			p := start(t, name, help)
 			if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.out.String(), "Examples:") || !strings.Contains(p.out.String(), "Exit codes:") {
 				t.Errorf("%s %s: exit %d:\n%s", name, help, code, p.out.String())
+			}
+		}
+		if name == "dolly" {
+			p := start(t, name, "help", "capture")
+			if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.out.String(), "Exit codes:") || !strings.Contains(p.out.String(), "-source") {
+				t.Errorf("dolly help capture: exit %d:\n%s", code, p.out.String())
 			}
 		}
 		p := start(t, name, "--version")
