@@ -119,43 +119,70 @@ type image struct {
 	// how many of its bytes the map keeps.
 	mapped string
 	used   int64
+	// usedMap is that map, nil for an image without one.
+	usedMap *blockmap.Map
 }
 
-// castSHA256 is what a run leaves on each target: the image, or for a
-// dolly cast that maps it, the image with its free blocks zeroed. The
-// nodes discard free blocks rather than zero them, and the lab's loop
-// devices read a discarded range back as zeros (a hole in the backing
-// file), so the whole target is checked here too.
-func (img image) castSHA256(r runSpec) string {
+// castCheck is what a run's targets are checked against: the image's
+// sha256, or, for a dolly cast that maps it, that of the image read
+// through its block map, which each target is then read through too. The
+// lab's disks cannot discard (lab.Spec.NoDiscard), so the nodes leave the
+// free blocks as they were, which may be another run's.
+func (img image) castCheck(r runSpec) (want string, through *blockmap.Map) {
 	if r.method == "dolly" && !r.allBlocks && img.mapped != "" {
-		return img.mapped
+		return img.mapped, img.usedMap
 	}
-	return img.sha256
+	return img.sha256, nil
+}
+
+// sha256Through hashes the first size bytes of path read through m: the
+// bytes m calls free as zeros.
+func sha256Through(path string, size int64, m *blockmap.Map) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		start, end := m.NextUsed(off)
+		start, end = min(start, size), min(end, size)
+		for ; off < start; off += int64(len(zeros)) {
+			h.Write(zeros[:min(int64(len(zeros)), start-off)])
+		}
+		off = start
+		if _, err := io.Copy(h, io.NewSectionReader(f, start, end-start)); err != nil {
+			return "", err
+		}
+		off = max(off, end)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // mappedSHA256 hashes the raw image as dolly reads it through its block
 // map, and says how much of it the map keeps.
-func mappedSHA256(path string) (string, int64, error) {
+func mappedSHA256(path string) (string, *blockmap.Map, error) {
 	im, err := imaging.OpenImage(path)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	defer im.Close()
 	m, err := im.ReadMap()
 	if errors.Is(err, blockmap.ErrUnknown) {
-		return "", 0, nil
+		return "", nil, nil
 	}
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	if err := im.UseMap(m); err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, im.Stream()); err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), m.UsedBytes(), nil
+	return hex.EncodeToString(h.Sum(nil)), &m, nil
 }
 
 func junkNote(spec sampleimage.Spec) string {
@@ -182,8 +209,11 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 			return nil, fmt.Errorf("hashing %s: %w", img.raw, err)
 		}
 		img.sha256 = sum
-		if img.mapped, img.used, err = mappedSHA256(img.raw); err != nil {
+		if img.mapped, img.usedMap, err = mappedSHA256(img.raw); err != nil {
 			return nil, fmt.Errorf("mapping %s: %w", img.raw, err)
+		}
+		if img.usedMap != nil {
+			img.used = img.usedMap.UsedBytes()
 		}
 		if spec.Junk == 0 && img.mapped != img.sha256 {
 			// Free space of zeros reads the same through the map.
@@ -205,7 +235,10 @@ func makeImages(ctx context.Context, dir string, specs map[string]sampleimage.Sp
 
 // runGroup builds one lab for a group of runs and runs them in turn.
 func runGroup(ctx context.Context, o options, g group, images map[string]image) ([]result, error) {
-	spec := lab.Spec{Server: lab.HostSpec{Name: "srv", Mbit: g.mbit}, Dir: o.work}
+	// Disks that cannot discard, as hard disks: on a loop device a discard
+	// punches a hole that the next writer pays for, which would slow the
+	// peers that write every block after a dolly cast.
+	spec := lab.Spec{Server: lab.HostSpec{Name: "srv", Mbit: g.mbit}, Dir: o.work, NoDiscard: true}
 	for i := range g.maxNodes {
 		spec.Nodes = append(spec.Nodes, lab.HostSpec{Name: fmt.Sprintf("pc%02d", i+1), Mbit: g.mbit})
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dolly/dolly/probe"
+	"dolly/imaging/blockmap"
 	"dolly/internal/lab"
 	"dolly/internal/testimage"
 	"dolly/server"
@@ -156,14 +157,15 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 		}
 	}
 	res.cores = runtime.NumCPU()
+	want, through := img.castCheck(r)
 	if err == nil && verify {
-		err = e.check(img, r.nodes-1, img.castSHA256(r))
+		err = e.check(img, r.nodes-1, want, through)
 	}
 	if err == nil && verify && dirtyImage(img.name) {
 		// A used disk's image: every target, and its file system checks
 		// clean with the file system's own tool.
 		for node := range r.nodes - 1 {
-			if err = e.check(img, node, img.castSHA256(r)); err != nil {
+			if err = e.check(img, node, want, through); err != nil {
 				break
 			}
 		}
@@ -419,8 +421,11 @@ func (e *labEnv) scribble(img image, node int) error {
 
 // check compares one target (the last node's, the one furthest down the
 // line) with the image, byte for byte, as a check on the bench itself.
-func (e *labEnv) check(img image, node int, want string) error {
+func (e *labEnv) check(img image, node int, want string, through *blockmap.Map) error {
 	got, err := testimage.SHA256(e.disks[img.name][node], img.size)
+	if through != nil {
+		got, err = sha256Through(e.disks[img.name][node], img.size, through)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"dolly/imaging/blockmap"
 	"dolly/internal/testimage"
 )
 
@@ -200,13 +204,13 @@ func TestScribbleCheck(t *testing.T) {
 	}
 	img := image{name: "x", raw: raw, size: int64(len(data)), sha256: sum}
 	e := &labEnv{disks: map[string][]string{"x": {disk}}}
-	if err := e.check(img, 0, img.sha256); err != nil {
+	if err := e.check(img, 0, img.sha256, nil); err != nil {
 		t.Fatalf("check of a disk holding the image: %v", err)
 	}
 	if err := e.scribble(img, 0); err != nil {
 		t.Fatal(err)
 	}
-	err = e.check(img, 0, img.sha256)
+	err = e.check(img, 0, img.sha256, nil)
 	if err == nil || !strings.Contains(err.Error(), "pc01's target differs from the image") {
 		t.Fatalf("check after scribbling = %v, want pc01's target differs", err)
 	}
@@ -303,9 +307,15 @@ func TestUsedDiskChecks(t *testing.T) {
 			t.Errorf("checks lack %q:\n%s", want, lines)
 		}
 	}
-	img := image{sha256: "plain", mapped: "mapped"}
-	if img.castSHA256(runSpec{method: "dolly"}) != "mapped" || img.castSHA256(runSpec{method: "dolly", allBlocks: true}) != "plain" || img.castSHA256(runSpec{method: "udpcast"}) != "plain" {
-		t.Error("castSHA256 does not say what each run leaves on the targets")
+	m := &blockmap.Map{Size: 8192, Used: []blockmap.Extent{{Off: 0, Len: 4096}}}
+	img := image{sha256: "plain", mapped: "mapped", usedMap: m}
+	if w, th := img.castCheck(runSpec{method: "dolly"}); w != "mapped" || th != m {
+		t.Error("a mapped dolly cast is not checked through the map")
+	}
+	for _, r := range []runSpec{{method: "dolly", allBlocks: true}, {method: "udpcast"}} {
+		if w, th := img.castCheck(r); w != "plain" || th != nil {
+			t.Errorf("%+v is not checked against the image", r)
+		}
 	}
 }
 
@@ -321,5 +331,23 @@ func TestDirtyRunsHaveALabOfTheirOwn(t *testing.T) {
 		if g.own == "dirty" && g.maxNodes != 4 {
 			t.Errorf("the used disk's lab has %d nodes", g.maxNodes)
 		}
+	}
+}
+
+// A target read through a map reads zeros where the map says free, and
+// what it holds where it says used.
+func TestSHA256Through(t *testing.T) {
+	data := bytes.Repeat([]byte{0xAB}, 3<<20)
+	path := filepath.Join(t.TempDir(), "disk")
+	os.WriteFile(path, data, 0o644)
+	m := &blockmap.Map{Size: 3 << 20, Used: []blockmap.Extent{{Off: 4096, Len: 4096}, {Off: 2 << 20, Len: 1 << 20}}}
+	want := make([]byte, len(data))
+	for _, e := range m.Used {
+		copy(want[e.Off:e.End()], data[e.Off:e.End()])
+	}
+	sum := sha256.Sum256(want)
+	got, err := sha256Through(path, int64(len(data)), m)
+	if err != nil || got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("got %s, %v; want %x", got, err, sum)
 	}
 }

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"dolly/internal/testenv"
 )
 
@@ -41,6 +43,12 @@ type Spec struct {
 	Nodes  []HostSpec
 	// Dir holds the lab's files (loop device backing files, logs).
 	Dir string
+	// NoDiscard makes disks that cannot discard, as hard disks: a node
+	// leaves its image's free blocks as they are instead of discarding
+	// them. A discard on a loop device punches a hole in its backing file,
+	// and whatever writes there next pays for the blocks again (half the
+	// write rate on this machine), which no SSD does.
+	NoDiscard bool
 }
 
 // HostSpec is one host: its switch and the rate of its link.
@@ -74,6 +82,8 @@ type Lab struct {
 	prefix string
 	swNS   string
 	dir    string
+	// noDiscard: loop devices that cannot discard (Spec.NoDiscard).
+	noDiscard bool
 
 	mu     sync.Mutex
 	undo   []func() error // run in reverse order by Close
@@ -114,7 +124,7 @@ func New(ctx context.Context, spec Spec) (_ *Lab, err error) {
 	if len(spec.Nodes)+2 > 250 {
 		return nil, fmt.Errorf("lab of %d nodes: at most 248", len(spec.Nodes))
 	}
-	l := &Lab{prefix: namePrefix(), dir: spec.Dir}
+	l := &Lab{prefix: namePrefix(), dir: spec.Dir, noDiscard: spec.NoDiscard}
 	if l.dir == "" {
 		l.dir = os.TempDir()
 	}
@@ -349,7 +359,21 @@ func (l *Lab) Disk(ctx context.Context, name string, size int64, fill byte) (str
 		return path, nil // a file target where loop devices cannot be had
 	}
 	dev := strings.TrimSpace(string(out))
-	l.onClose(func() error { return run(context.Background(), "losetup", "--detach", dev) })
+	l.onClose(func() error {
+		err := run(context.Background(), "losetup", "--detach", dev)
+		if l.noDiscard && err == nil {
+			// The kernel keeps a discard limit for the loop device's
+			// whole life: the next user gets a new one.
+			removeLoop(dev)
+		}
+		return err
+	})
+	if l.noDiscard {
+		knob := "/sys/block/" + filepath.Base(dev) + "/queue/discard_max_bytes"
+		if err := os.WriteFile(knob, []byte("0"), 0); err != nil {
+			return "", fmt.Errorf("turning discard off on %s: %w", dev, err)
+		}
+	}
 	return dev, nil
 }
 
@@ -462,4 +486,19 @@ func InNamespace(h *Host, f func() error) error {
 		return fmt.Errorf("%s: %w", h.Name, err)
 	}
 	return nil
+}
+
+// removeLoop removes a detached loop device, so that the next one made is
+// new (see Spec.NoDiscard). A device in use again is left.
+func removeLoop(dev string) {
+	var nr int
+	if _, err := fmt.Sscanf(dev, "/dev/loop%d", &nr); err != nil {
+		return
+	}
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	defer ctl.Close()
+	unix.IoctlSetInt(int(ctl.Fd()), unix.LOOP_CTL_REMOVE, nr)
 }
