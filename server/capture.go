@@ -138,6 +138,7 @@ func Capture(ctx context.Context, cfg CaptureConfig) (CaptureSummary, error) {
 		return got.sum, got.err
 	}
 	if err := publish(partial, cfg.Output); err != nil {
+		stored = errors.Is(err, errAppeared) // the image stays, under its .partial name
 		return got.sum, err
 	}
 	stored = true
@@ -149,17 +150,20 @@ type captured struct {
 	err error
 }
 
+// errAppeared means a file took the image's name while the capture ran.
+var errAppeared = errors.New("appeared while the capture ran")
+
 // publish puts the whole image at its name, never over a file that
 // appeared there meanwhile, and syncs the directory.
 func publish(partial, output string) error {
 	err := os.Link(partial, output)
 	switch {
 	case errors.Is(err, fs.ErrExist):
-		return fmt.Errorf("%s appeared while the capture ran: the image is left as %s", output, partial)
+		return fmt.Errorf("%s %w: the image is left as %s", output, errAppeared, partial)
 	case err != nil:
 		// A file system without hard links: renamed instead.
 		if _, serr := os.Stat(output); serr == nil {
-			return fmt.Errorf("%s appeared while the capture ran: the image is left as %s", output, partial)
+			return fmt.Errorf("%s %w: the image is left as %s", output, errAppeared, partial)
 		}
 		if err := os.Rename(partial, output); err != nil {
 			return err
