@@ -25,11 +25,11 @@ import (
 // every CPU figure of that machine costs there (see crowd.slowdown).
 
 // crowdSettle is how long after the order to push the window opens: the
-// orders go out one by one, and each node must be pushing before any
-// counts. crowdWindow is the window; crowdWait bounds each of the two
-// rounds.
+// orders go out one by one (24 in a few milliseconds), and each node's
+// path, warm already, must be pushing before any counts. crowdWindow is
+// the window; crowdWait bounds each round.
 const (
-	crowdSettle = 100 * time.Millisecond
+	crowdSettle = 60 * time.Millisecond
 	crowdWindow = 200 * time.Millisecond
 	crowdWait   = 3 * time.Second
 )
@@ -92,45 +92,54 @@ func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, m
 	return crowded, alone
 }
 
-// measureCrowds has the nodes of every crowded machine push their data
-// path at once, and returns what they found by machine, with notes for the
-// preview.
-func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[string]crowd, []string) {
+// measureShared measures what the nodes sharing a machine cost each other
+// (see crowd) and, with disks, the disks they share (see diskCrowd). The
+// two are set up in one round, every node's data path and write path at
+// once, so that the join waits for one setting up, not two; then each is
+// pushed in a round of its own, alone on the machine. It returns what it
+// found by machine, with notes for the preview.
+func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bool) (map[string]crowd, map[string]diskCrowd, []string) {
 	crowded, alone := s.crowdedMachines(ready)
-	if len(crowded) == 0 {
-		return nil, nil
+	var shared map[string][]*nodeState
+	if disks {
+		shared = s.sharedDisks(ready)
+	}
+	if len(crowded) == 0 && len(shared) == 0 {
+		return nil, nil, nil
 	}
 	for _, nodes := range crowded {
 		fmt.Fprintf(s.cfg.Out, "measuring what the %s on one machine cost each other: all push their data path at once\n", plural(len(nodes), "node"))
 	}
-	start := time.Now()
-	defer func() { s.log.Debug("crowd probes", "machines", len(crowded), "took", time.Since(start)) }()
-	// Every node sets up and warms its data path first, so that all push
-	// from the same moment and none is still setting up while the others
-	// count.
-	id := uint64(time.Now().UnixNano())
-	ids := map[*nodeState]uint64{}
-	prepared := s.crowdRound(ctx, crowded, func(n *nodeState) control.CrowdProbe {
-		id++
-		ids[n] = id
-		return control.CrowdProbe{ID: id}
-	})
-	s.log.Debug("crowd prepared", "took", time.Since(start))
-	going := map[string][]*nodeState{}
-	var notes []string
-	for m, nodes := range crowded {
-		if why := prepared.missing(m, nodes); why != "" {
-			notes = append(notes, why)
-			continue
-		}
-		going[m] = nodes
+	for _, nodes := range shared {
+		fmt.Fprintf(s.cfg.Out, "measuring the disk the %s on one machine share: all write their targets at once, in place\n", plural(len(nodes), "node"))
 	}
-	pushed := s.crowdRound(ctx, going, func(n *nodeState) control.CrowdProbe {
-		return control.CrowdProbe{ID: ids[n], Go: true,
+	start := time.Now()
+	defer func() {
+		s.log.Debug("crowd probes", "machines", len(crowded), "disks", len(shared), "took", time.Since(start))
+	}()
+	// Every node sets up and warms its paths first, so that all push from
+	// the same moment and none is still setting up while the others count.
+	id := uint64(time.Now().UnixNano())
+	cpuIDs, diskIDs := map[*nodeState]uint64{}, map[*nodeState]uint64{}
+	prepare := func(ids map[*nodeState]uint64, disk bool) func(*nodeState) control.CrowdProbe {
+		return func(n *nodeState) control.CrowdProbe {
+			id++
+			ids[n] = id
+			return control.CrowdProbe{ID: id, Disk: disk}
+		}
+	}
+	prepared := s.crowdRound(ctx, crowdAsk{crowded, prepare(cpuIDs, false)}, crowdAsk{shared, prepare(diskIDs, true)})
+	s.log.Debug("crowd prepared", "took", time.Since(start))
+	var notes []string
+	cpuGoing := prepared[0].going(crowded, "", &notes)
+	diskGoing := prepared[1].going(shared, "disk: ", &notes)
+
+	pushed := s.crowdRound(ctx, crowdAsk{cpuGoing, func(n *nodeState) control.CrowdProbe {
+		return control.CrowdProbe{ID: cpuIDs[n], Go: true,
 			SettleMillis: int(crowdSettle.Milliseconds()), WindowMillis: int(crowdWindow.Milliseconds())}
-	})
+	}})[0]
 	crowds := map[string]crowd{}
-	for m, nodes := range going {
+	for m, nodes := range cpuGoing {
 		if why := pushed.missing(m, nodes); why != "" {
 			notes = append(notes, why)
 			continue
@@ -147,8 +156,15 @@ func (s *Server) measureCrowds(ctx context.Context, ready []*nodeState) (map[str
 		notes = append(notes, fmt.Sprintf("%s on one machine of %s pushed their data path at once: %s MB/s in all; the model counts every CPU figure of that machine at %.1f× what one node measured alone",
 			plural(c.nodes, "node"), plural(c.cores, "core"), mbps(c.rate), c.slowdown()))
 	}
+
+	wrote := s.crowdRound(ctx, crowdAsk{diskGoing, func(n *nodeState) control.CrowdProbe {
+		return control.CrowdProbe{ID: diskIDs[n], Disk: true, Go: true,
+			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
+	}})[0]
+	found, diskNotes := diskCrowds(wrote, diskGoing)
+	notes = append(notes, diskNotes...)
 	slices.Sort(notes)
-	return crowds, notes
+	return crowds, found, notes
 }
 
 // crowdAnswers are the answers of one round of crowd probes.
@@ -167,31 +183,65 @@ func (a crowdAnswers) missing(m string, nodes []*nodeState) string {
 	return ""
 }
 
-// crowdRound sends each node of every machine its order, all at once, and
-// collects the answers.
-func (s *Server) crowdRound(ctx context.Context, machines map[string][]*nodeState, order func(*nodeState) control.CrowdProbe) crowdAnswers {
+// going returns the machines all of whose nodes set their path up, and
+// notes (with prefix) why the others are left out.
+func (a crowdAnswers) going(machines map[string][]*nodeState, prefix string, notes *[]string) map[string][]*nodeState {
+	going := map[string][]*nodeState{}
+	for m, nodes := range machines {
+		if why := a.missing(m, nodes); why != "" {
+			*notes = append(*notes, prefix+why)
+			continue
+		}
+		going[m] = nodes
+	}
+	return going
+}
+
+// crowdAsk is one kind of crowd probe in a round: the machines whose nodes
+// take part, and each node's order.
+type crowdAsk struct {
+	machines map[string][]*nodeState
+	order    func(*nodeState) control.CrowdProbe
+}
+
+// crowdRound sends every node of every ask its order, all at once, and
+// collects the answers, one crowdAnswers for each ask.
+func (s *Server) crowdRound(ctx context.Context, asks ...crowdAsk) []crowdAnswers {
 	w, release := s.awaitNetResults()
 	defer release()
-	asked := map[uint64]string{}
+	type asked struct {
+		ask     int
+		machine string
+	}
+	by := map[uint64]asked{}
 	var all []uint64
-	for m, nodes := range machines {
-		for _, n := range nodes {
-			o := order(n)
-			if n.conn.Send(control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &o}) == nil {
-				asked[o.ID] = m
-				all = append(all, o.ID)
+	for i, a := range asks {
+		for m, nodes := range a.machines {
+			for _, n := range nodes {
+				o := a.order(n)
+				if n.conn.Send(control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &o}) == nil {
+					by[o.ID] = asked{i, m}
+					all = append(all, o.ID)
+				}
 			}
 		}
 	}
-	a := crowdAnswers{results: map[string][]control.NetResult{}, failed: map[string]string{}}
+	answers := make([]crowdAnswers, len(asks))
+	for i := range answers {
+		answers[i] = crowdAnswers{results: map[string][]control.NetResult{}, failed: map[string]string{}}
+	}
+	if len(all) == 0 {
+		return answers
+	}
 	for id, r := range w.wait(ctx, all, time.Now().Add(crowdWait)) {
+		a, m := &answers[by[id].ask], by[id].machine
 		if r.Error != "" {
-			a.failed[asked[id]] = r.Error
+			a.failed[m] = r.Error
 			continue
 		}
-		a.results[asked[id]] = append(a.results[asked[id]], r)
+		a.results[m] = append(a.results[m], r)
 	}
-	return a
+	return answers
 }
 
 // sourceMachine is the machine key of the source, as the nodes' are made.

@@ -376,17 +376,14 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
 			figs, notes = s.measureNetwork(ctx, ready)
 		}
-		crowds, crowdNotes := s.measureCrowds(ctx, ready)
-		figs.crowds, notes = crowds, append(notes, crowdNotes...)
+		// A shared disk is measured where it may bind the plan. The crowds
+		// only slow a plan, so the plan judged without them is at least as
+		// near its disk as the one chosen with them.
+		disks := s.cfg.measureDisks || sharedDiskMayBind(s.choose(ctx, ready, figs).Result)
+		var crowdNotes []string
+		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks)
+		notes = append(notes, crowdNotes...)
 		choice = s.choose(ctx, ready, figs)
-		if s.cfg.measureDisks || sharedDiskMayBind(choice.Result) {
-			disks, diskNotes := s.measureDiskCrowds(ctx, ready)
-			notes = append(notes, diskNotes...)
-			if len(disks) > 0 {
-				figs.disks = disks
-				choice = s.choose(ctx, ready, figs)
-			}
-		}
 		s.netFigs = figs
 		choice.Notes = append(notes, choice.Notes...)
 	}
