@@ -4,21 +4,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Report is the machine-readable record of a cast (dolly-server -report).
 type Report struct {
-	Image          string       `json:"image"`
-	ImageBytes     int64        `json:"image_bytes"`
-	Digest         string       `json:"digest"`
-	Plan           ReportPlan   `json:"plan"`
-	Started        bool         `json:"started"` // false: the cast never began, nothing was written
-	ElapsedSeconds float64      `json:"elapsed_seconds"`
-	JoinSeconds    float64      `json:"join_seconds,omitempty"` // from the last node joining to the plan
-	Verified       int          `json:"verified"`
-	StreamBytes    int64        `json:"stream_bytes"`            // the stream as encoded
-	ResumedBytes   int64        `json:"resumed_bytes,omitempty"` // of which the nodes had already (not sent)
-	Nodes          []ReportNode `json:"nodes"`
+	Image          string     `json:"image"`
+	ImageBytes     int64      `json:"image_bytes"`
+	Digest         string     `json:"digest"`
+	Plan           ReportPlan `json:"plan"`
+	Started        bool       `json:"started"` // false: the cast never began, nothing was written
+	ElapsedSeconds float64    `json:"elapsed_seconds"`
+	JoinSeconds    float64    `json:"join_seconds,omitempty"` // from the last node joining to the plan
+	// JoinParts is where the join went, in seconds: "probes", "network"
+	// and "shared" (see JoinParts).
+	JoinParts    map[string]float64 `json:"join_parts,omitempty"`
+	Verified     int                `json:"verified"`
+	StreamBytes  int64              `json:"stream_bytes"`            // the stream as encoded
+	ResumedBytes int64              `json:"resumed_bytes,omitempty"` // of which the nodes had already (not sent)
+	Nodes        []ReportNode       `json:"nodes"`
 	// Replans are the checks of a cast that ran below its prediction; the
 	// plan above is the one it started with.
 	Replans []ReportReplan `json:"replans,omitempty"`
@@ -72,6 +76,7 @@ func NewReport(sum Summary) Report {
 		Started:        sum.Started,
 		ElapsedSeconds: sum.Elapsed.Seconds(),
 		JoinSeconds:    sum.JoinPhase.Seconds(),
+		JoinParts:      sum.JoinParts.seconds(),
 		Verified:       sum.Verified,
 		StreamBytes:    sum.StreamBytes,
 		ResumedBytes:   sum.ResumedBytes,
@@ -128,4 +133,18 @@ func WriteReport(path string, sum Summary) error {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	return nil
+}
+
+// seconds is the report's form of the parts: those that took any time.
+func (p JoinParts) seconds() map[string]float64 {
+	m := map[string]float64{}
+	for name, d := range map[string]time.Duration{"probes": p.Probes, "network": p.Network, "shared": p.Shared} {
+		if d > 0 {
+			m[name] = d.Seconds()
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }

@@ -362,6 +362,11 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		s.abortAll(err.Error())
 		return s.summary(sum), err
 	}
+	s.mu.Lock()
+	if !s.lastJoined.IsZero() {
+		sum.JoinParts.Probes = time.Since(s.lastJoined)
+	}
+	s.mu.Unlock()
 	var choice Choice
 	if s.resume != nil {
 		choice, err = s.resumePlan(ready)
@@ -374,14 +379,20 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		var notes []string
 		if s.cfg.NetProbe > 0 && len(ready) > 0 && (s.cfg.probeLoopback || !allLoopback(ready)) {
 			fmt.Fprintf(s.cfg.Out, "measuring the network: the source to all %d nodes at once, then each to the next\n", len(ready))
+			t := time.Now()
 			figs, notes = s.measureNetwork(ctx, ready)
+			sum.JoinParts.Network = time.Since(t)
 		}
 		// A shared disk is measured where it may bind the plan. The crowds
 		// only slow a plan, so the plan judged without them is at least as
 		// near its disk as the one chosen with them.
 		disks := s.cfg.measureDisks || sharedDiskMayBind(s.choose(ctx, ready, figs).Result)
 		var crowdNotes []string
+		t := time.Now()
 		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks)
+		if len(crowdNotes) > 0 { // measured something
+			sum.JoinParts.Shared = time.Since(t)
+		}
 		notes = append(notes, crowdNotes...)
 		choice = s.choose(ctx, ready, figs)
 		s.netFigs = figs

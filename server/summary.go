@@ -22,8 +22,10 @@ type Summary struct {
 	Started bool
 	Elapsed time.Duration
 	// JoinPhase is from the last node joining to the plan: the nodes'
-	// probes, the network's, the model (not the admin's confirmation).
+	// probes, the network's, the model (not the admin's confirmation);
+	// JoinParts says where it went.
 	JoinPhase time.Duration
+	JoinParts JoinParts
 	// Replans are the checks of a cast that ran below its prediction.
 	Replans  []Replan
 	Verified int
@@ -32,6 +34,33 @@ type Summary struct {
 	// server took the cast up, and was not sent again.
 	StreamBytes  int64
 	ResumedBytes int64
+}
+
+// JoinParts is where the join phase went.
+type JoinParts struct {
+	// Probes is from the last node joining until every node was ready:
+	// the probe of the node that measures each machine, when it joined last.
+	Probes time.Duration
+	// Network is the bandwidth probes'; Shared the crowd probes' of the
+	// machines that nodes share (see measureShared), which one PC per node
+	// never pays.
+	Network, Shared time.Duration
+}
+
+// String lists the parts that took any time, and the plan's (the rest).
+func (p JoinParts) String(total time.Duration) string {
+	var parts []string
+	rest := total
+	for _, part := range []struct {
+		name string
+		d    time.Duration
+	}{{"probes", p.Probes}, {"network", p.Network}, {"shared machine", p.Shared}} {
+		rest -= part.d
+		if part.d >= 50*time.Millisecond { // shown to a tenth of a second
+			parts = append(parts, part.name+" "+formatDuration(part.d))
+		}
+	}
+	return strings.Join(append(parts, "plan "+formatDuration(max(rest, 0))), ", ")
 }
 
 // NodeSummary is one node's outcome.
@@ -161,8 +190,8 @@ func predictedAgainstMeasured(sum Summary) string {
 		return ""
 	}
 	want := sum.Plan.Result.Rate
-	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node; %+.0f%%); the model's bottleneck: %s; joining took %s (probes, network, plan)",
-		mbps(want), mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck, formatDuration(sum.JoinPhase))
+	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node; %+.0f%%); the model's bottleneck: %s; joining took %s (%s)",
+		mbps(want), mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck, formatDuration(sum.JoinPhase), sum.JoinParts.String(sum.JoinPhase))
 }
 
 func shortDigest(d imaging.Digest) string {

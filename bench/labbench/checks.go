@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // The checks state the bench's goals (the acceptance criteria of the lab's
@@ -35,19 +36,41 @@ func joinPhase(results []result) (string, bool) {
 			most = max(most, r.nodes)
 		}
 	}
-	var joins []float64
+	type join struct {
+		seconds float64
+		parts   map[string]float64
+	}
+	var joins []join
 	for _, r := range results {
 		if r.method == "dolly" && r.err == "" && r.nodes == most {
-			joins = append(joins, r.joins...)
+			for i, s := range r.joins {
+				j := join{seconds: s}
+				if i < len(r.joinParts) {
+					j.parts = r.joinParts[i]
+				}
+				joins = append(joins, j)
+			}
 		}
 	}
 	if len(joins) == 0 {
 		return "", false
 	}
-	slices.Sort(joins)
+	slices.SortStableFunc(joins, func(a, b join) int { return cmp.Compare(a.seconds, b.seconds) })
 	worst, median := joins[len(joins)-1], joins[(len(joins)-1)/2]
-	return fmt.Sprintf("%s join phase at %d nodes: at most %.1f s over %d casts, median %.1f s (goal: %.0f s)",
-		verdict(worst <= joinGoal), most, worst, len(joins), median, joinGoal), true
+	line := fmt.Sprintf("%s join phase at %d nodes: at most %.1f s over %d casts, median %.1f s (goal: %.0f s)",
+		verdict(worst.seconds <= joinGoal), most, worst.seconds, len(joins), median.seconds, joinGoal)
+	if len(worst.parts) > 0 {
+		// Where the longest went: the node's probe, the network's, the
+		// crowd probes of the one machine all nodes share.
+		var parts []string
+		for _, name := range []string{"probes", "network", "shared"} {
+			if s, ok := worst.parts[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.2f s", name, s))
+			}
+		}
+		line += "; the longest: " + strings.Join(parts, ", ")
+	}
+	return line, true
 }
 
 // verdict says whether a goal was met.

@@ -91,10 +91,10 @@ func medianCast(all []result) result {
 	med := medianBy(all, func(r result) float64 { return r.measured })
 	med.predicted = medianBy(all, func(r result) float64 { return r.predicted }).predicted
 	med.rate = medianBy(all, func(r result) float64 { return r.rate }).rate
-	med.casts, med.castsPredicted, med.joins = nil, nil, nil
+	med.casts, med.castsPredicted, med.joins, med.joinParts = nil, nil, nil, nil
 	for _, c := range all {
 		med.casts, med.castsPredicted = append(med.casts, c.measured), append(med.castsPredicted, c.predicted)
-		med.joins = append(med.joins, c.joins...)
+		med.joins, med.joinParts = append(med.joins, c.joins...), append(med.joinParts, c.joinParts...)
 	}
 	return med
 }

@@ -40,15 +40,16 @@ type result struct {
 	streamBytes    int64     // what the source sent (dolly only)
 	imageUsed      int64     // bytes of the image its block map keeps
 	bottleneck     string
-	chosen         string    // the plan that ran, e.g. "chain zstd" (dolly only)
-	busy           float64   // the machine's busy cores while casting (dolly) or over the run, of cores
-	steal          float64   // cores the hypervisor took from the machine over the run
-	casts          []float64 // MB/s of each cast when the run is the median of several
-	castsPredicted []float64 // and each cast's prediction
-	joins          []float64 // seconds from the last join to the plan, of each cast
-	serverCPU      float64   // CPU seconds of dolly-server, start-up included
-	nodesCPU       float64   // CPU seconds of every dolly node together
-	streamCPU      float64   // of those, what the nodes' streams took (no join, no probes)
+	chosen         string               // the plan that ran, e.g. "chain zstd" (dolly only)
+	busy           float64              // the machine's busy cores while casting (dolly) or over the run, of cores
+	steal          float64              // cores the hypervisor took from the machine over the run
+	casts          []float64            // MB/s of each cast when the run is the median of several
+	castsPredicted []float64            // and each cast's prediction
+	joins          []float64            // seconds from the last join to the plan, of each cast
+	joinParts      []map[string]float64 // where each cast's join went (server.Report.JoinParts)
+	serverCPU      float64              // CPU seconds of dolly-server, start-up included
+	nodesCPU       float64              // CPU seconds of every dolly node together
+	streamCPU      float64              // of those, what the nodes' streams took (no join, no probes)
 	cores          int
 	err            string
 }
@@ -337,7 +338,7 @@ func (e *labEnv) dolly(ctx context.Context, r runSpec, img image, logDir string)
 		res.predicted = float64(img.size) / rep.Plan.ETASeconds / 1e6
 	}
 	res.rate, res.bottleneck = rep.Plan.PredictedMBps, rep.Plan.Bottleneck
-	res.joins = []float64{rep.JoinSeconds}
+	res.joins, res.joinParts = []float64{rep.JoinSeconds}, []map[string]float64{rep.JoinParts}
 	res.streamBytes = rep.StreamBytes
 	res.chosen = planName(rep.Plan)
 	for _, n := range rep.Nodes {

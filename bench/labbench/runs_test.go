@@ -284,6 +284,12 @@ func TestJoinPhaseOfTheLargestLab(t *testing.T) {
 			t.Errorf("%q (%v), want %q", got, ok, c.want)
 		}
 	}
+	parted := run(24, 2.0, 2.8)
+	parted.joinParts = []map[string]float64{{"probes": 0.9}, {"probes": 1.0, "network": 0.83, "shared": 0.9}}
+	want := "PASS join phase at 24 nodes: at most 2.8 s over 2 casts, median 2.0 s (goal: 3 s); the longest: probes 1.00 s, network 0.83 s, shared 0.90 s"
+	if got, ok := joinPhase([]result{parted}); !ok || got != want {
+		t.Errorf("%q (%v), want %q", got, ok, want)
+	}
 	if _, ok := joinPhase([]result{{runSpec: runSpec{method: "udpcast", nodes: 24}}}); ok {
 		t.Error("a join phase stated without a dolly cast")
 	}

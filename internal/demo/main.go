@@ -149,7 +149,8 @@ func run() error {
 	}
 	fmt.Printf("demo: %d of %d targets hold the image byte for byte (sha256 %.16s…), %s in all; cleaned up %s\n",
 		ok, len(targets), want, time.Since(start).Round(100*time.Millisecond), dir)
-	fmt.Printf("demo: from the last node joining to the plan (probes, network, model): %.1fs\n", r.JoinSeconds)
+	fmt.Printf("demo: from the last node joining to the plan: %.1fs (the probing node %.1fs, the %d nodes on this one machine measured together %.1fs, the model the rest)\n",
+		r.JoinSeconds, r.JoinParts["probes"], len(targets), r.JoinParts["shared"])
 	if r.Plan.PredictedMBps > 0 {
 		fmt.Printf("demo: predicted %.1f MB/s, measured %.1f MB/s\n", r.Plan.PredictedMBps, r.Plan.MeasuredMBps)
 	} else {
