@@ -144,6 +144,9 @@ func markdown(results []result, checks []string, took time.Duration, quick bool)
 			if r.nodes != nodes {
 				name += fmt.Sprintf(" (%d node, for reference)", r.nodes)
 			}
+			if r.image != headline[0].image {
+				name += fmt.Sprintf(" (%s image)", imageLabel(r.image))
+			}
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", name, cell(r, fmt.Sprintf("%.1f s", r.seconds)), cell(r, fmt.Sprintf("%.2f", r.measured)))
 		}
 		b.WriteString("\n")
