@@ -160,7 +160,7 @@ default route), the target's sequential write rate, and the memory copy,
 CRC-32C and decompression rates. The target is measured by writing back the
 bytes just read from it, so its content does not change; a mounted block device
 is not measured. It takes one to three seconds, the target's write rate most:
-it rewrites as much as a second allows (up to half the target and 1 GiB), so
+it rewrites as much as a second allows (up to half the target and 256 MiB), so
 that the rate is what the disk sustains, not its write cache.
 
 Options:
