@@ -386,7 +386,10 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		// A shared disk is measured where it may bind the plan. The crowds
 		// only slow a plan, so the plan judged without them is at least as
 		// near its disk as the one chosen with them.
-		disks := s.cfg.measureDisks || sharedDiskMayBind(s.choose(ctx, ready, figs).Result)
+		disks := s.cfg.measureDisks
+		if !disks && len(s.sharedDisks(ready)) > 0 {
+			disks = sharedDiskMayBind(s.choose(ctx, ready, figs).Result)
+		}
 		var crowdNotes []string
 		t := time.Now()
 		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks)

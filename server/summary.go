@@ -38,8 +38,9 @@ type Summary struct {
 
 // JoinParts is where the join phase went.
 type JoinParts struct {
-	// Probes is from the last node joining until every node was ready:
-	// the probe of the node that measures each machine, when it joined last.
+	// Probes is from the last node joining until every node was ready
+	// (or, without -nodes, the admin started the cast): the probe of the
+	// node that measures each machine, when it joined last.
 	Probes time.Duration
 	// Network is the bandwidth probes'; Shared the crowd probes' of the
 	// machines that nodes share (see measureShared), which one PC per node
