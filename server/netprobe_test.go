@@ -34,6 +34,27 @@ func TestNetFiguresLink(t *testing.T) {
 	}
 }
 
+// The source's link is what it wrote in one window when that is less than
+// the sum of what each node received over its own stream's time, which
+// overstates a link the streams took turns on.
+func TestSourceLinkTakesTheWindow(t *testing.T) {
+	star := map[string]float64{"pc1": 7e6, "pc2": 7e6}
+	for _, tt := range []struct {
+		name string
+		f    netFigures
+		want float64
+	}{
+		{"the window counted less", netFigures{star: star, starSent: 11.8e6}, 11.8e6},
+		{"the window counted more", netFigures{star: star, starSent: 15e6}, 14e6},
+		{"no window", netFigures{star: star}, 14e6},
+		{"no star reports", netFigures{star: map[string]float64{}, starSent: 11.8e6}, 11.8e6},
+	} {
+		if got := tt.f.sourceLink(); got != tt.want {
+			t.Errorf("%s: sourceLink = %.0f, want %.0f", tt.name, got, tt.want)
+		}
+	}
+}
+
 // A measured rate lowers a link the NIC reports faster, never raises one,
 // and fills in one the NIC does not report; the model gets the line rate
 // whose TCP payload is the measured rate.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -32,15 +33,27 @@ type Received struct {
 // to many nodes at once through one link, a second or more at 100 Mbit/s),
 // and the receiver's rate needs none of it.
 func SendFor(ctx context.Context, c net.Conn, d time.Duration, limit int64) (int64, error) {
+	return SendCounted(ctx, c, d, limit, 256<<10, nil)
+}
+
+// SendCounted is SendFor in writes of chunk bytes, each counted in w (if
+// not nil) when it ends within w's span.
+func SendCounted(ctx context.Context, c net.Conn, d time.Duration, limit int64, chunk int, w *Window) (int64, error) {
 	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.SetWriteDeadline(time.Now().Add(d))
 	defer c.SetWriteDeadline(time.Time{})
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, max(chunk, 1))
+	if w != nil {
+		w.start(time.Now())
+	}
 	var sent int64
 	for sent < limit {
 		n, err := c.Write(buf[:min(int64(len(buf)), limit-sent)])
 		sent += int64(n)
+		if w != nil {
+			w.add(time.Now(), n)
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if l, ok := c.(interface{ SetLinger(int) error }); ok {
 				l.SetLinger(0)
@@ -56,6 +69,69 @@ func SendFor(ctx context.Context, c net.Conn, d time.Duration, limit int64) (int
 		cw.CloseWrite()
 	}
 	return sent, nil
+}
+
+// A Window counts what several senders wrote over one span of time, on
+// the senders' one clock. Each receiver of a star can only count over its
+// own stream's span, and the streams share the link unevenly over time (one
+// gets more early on, another late), so the sum of their rates is more
+// than the link carried; what the senders wrote in one window, once their
+// send buffers are full and each write waits for the receiver's
+// acknowledgements, is what it carried.
+type Window struct {
+	From, To time.Time
+	// Settle is how long after the last sender started the count starts:
+	// a sender fills its send buffer at once, which the link carries only
+	// later, and with many receivers the last may start late.
+	Settle time.Duration
+
+	mu     sync.Mutex
+	writes []written
+	last   time.Time // when the last sender started
+}
+
+type written struct {
+	at time.Time
+	n  int
+}
+
+func (w *Window) start(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.After(w.last) {
+		w.last = t
+	}
+}
+
+func (w *Window) add(t time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, written{t, n})
+}
+
+// Rate is the bytes written within the window, from Settle after the last
+// sender started, per second of it; 0 if that leaves no time.
+func (w *Window) Rate() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	from := w.From
+	if l := w.last.Add(w.Settle); l.After(from) {
+		from = l
+	}
+	span := w.To.Sub(from).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	var bytes int64
+	for _, x := range w.writes {
+		if !x.at.Before(from) && !x.at.After(w.To) {
+			bytes += int64(x.n)
+		}
+	}
+	return float64(bytes) / span
 }
 
 // Receive reads c until the sender closes it, or deadline, and returns

@@ -154,3 +154,81 @@ func TestSendForDropsWhatIsLeftAtTheDeadline(t *testing.T) {
 		t.Errorf("the receiver got all %d bytes sent; want those left in the sender's socket dropped", sent)
 	}
 }
+
+// A window counts the writes that end within it, whoever makes them, in
+// writes of the chunk given; none before it opens or after it closes.
+func TestSendCountedWindow(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				Receive(c, time.Now().Add(10*time.Second))
+			}()
+		}
+	}()
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		want     func(sent int64) bool
+	}{
+		{"open throughout", now.Add(-time.Hour), now.Add(time.Hour), func(sent int64) bool { return sent == 3<<20 }},
+		{"not open yet", now.Add(time.Hour), now.Add(2 * time.Hour), func(int64) bool { return false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w := &Window{From: tc.from, To: tc.to}
+			sent, err := SendCounted(t.Context(), c, time.Minute, 3<<20, 5000, w)
+			if err != nil || sent != 3<<20 {
+				t.Fatalf("sent %d, %v; want 3 MiB", sent, err)
+			}
+			from := w.From
+			if l := w.last.Add(w.Settle); l.After(from) {
+				from = l
+			}
+			counted := w.Rate() * w.To.Sub(from).Seconds()
+			if tc.want(sent) != (math.Abs(counted-float64(sent)) < 1) || !tc.want(sent) && counted != 0 {
+				t.Errorf("the window counted %.0f of %d bytes", counted, sent)
+			}
+			if len(w.writes) < int(sent/5000) {
+				t.Errorf("%d writes of at most 5000 bytes for %d bytes", len(w.writes), sent)
+			}
+		})
+	}
+}
+
+// A sender that starts late fills its send buffer at once, which the link
+// carries only later: the count starts Settle after the last one started.
+func TestWindowWaitsForTheLastSender(t *testing.T) {
+	t0 := time.Now()
+	w := &Window{From: t0.Add(100 * time.Millisecond), To: t0.Add(time.Second), Settle: 100 * time.Millisecond}
+	w.start(t0)
+	w.add(t0.Add(50*time.Millisecond), 1000) // before the window
+	w.add(t0.Add(200*time.Millisecond), 900)
+	if got, want := w.Rate(), 900/0.9; math.Abs(got-want) > 1e-6 {
+		t.Errorf("rate %v, want %v", got, want)
+	}
+	w.start(t0.Add(500 * time.Millisecond)) // a late sender
+	w.add(t0.Add(550*time.Millisecond), 5000)
+	w.add(t0.Add(700*time.Millisecond), 800)
+	if got, want := w.Rate(), 800/0.4; math.Abs(got-want) > 1e-6 {
+		t.Errorf("with a late sender, rate %v, want %v", got, want)
+	}
+	w.start(t0.Add(950 * time.Millisecond))
+	if got := w.Rate(); got != 0 {
+		t.Errorf("no time left to count, rate %v", got)
+	}
+}
