@@ -60,7 +60,7 @@ func (f netFigures) link(name string) float64 {
 // sourceLink is what the source sent in all while it sent to every node:
 // what it wrote in one window, which the sum of what the nodes received,
 // each over its own stream's time, overstates when the streams took turns
-// on the link (by up to a fifth in a lab of 24 nodes at 100 Mbit/s).
+// on the link (by a fifth or more in a lab of 12 or 24 nodes at 100 Mbit/s).
 func (f netFigures) sourceLink() float64 {
 	var sum float64
 	for _, r := range f.star {
@@ -165,7 +165,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 	// is counted on its one clock.
 	var wg sync.WaitGroup
 	began := time.Now()
-	sent := &probe.Window{From: began.Add(d / 4), To: began.Add(d), Settle: d / 8}
+	sent := probe.NewWindow(began.Add(d/4), began.Add(d), d/8)
 	for i, n := range ready {
 		wg.Add(1)
 		go func(id uint64) {
@@ -235,9 +235,8 @@ func starSendBuffer(n int) int {
 }
 
 // starChunk is what each of the star's n streams writes at a time: an
-// eighth of its send buffer, so that a write ends each time the link has
-// carried a little of it, and the window counts the link to within a few
-// per cent.
+// eighth of its send buffer, so that writes end often as the link carries
+// the stream, not once a buffer's worth has gone.
 func starChunk(n int) int {
 	return min(max(starSendBuffer(n)/8, 4<<10), 256<<10)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -79,59 +79,54 @@ func SendCounted(ctx context.Context, c net.Conn, d time.Duration, limit int64, 
 // send buffers are full and each write waits for the receiver's
 // acknowledgements, is what it carried.
 type Window struct {
-	From, To time.Time
-	// Settle is how long after the last sender started the count starts:
-	// a sender fills its send buffer at once, which the link carries only
-	// later, and with many receivers the last may start late.
-	Settle time.Duration
-
-	mu     sync.Mutex
-	writes []written
-	last   time.Time // when the last sender started
+	from, to time.Time
+	settle   time.Duration
+	bins     []atomic.Int64 // bytes whose write ended in each windowBin from from
+	last     atomic.Int64   // when the last sender started, in Unix nanoseconds
 }
 
-type written struct {
-	at time.Time
-	n  int
+// windowBin is the grain of a Window's count.
+const windowBin = time.Millisecond
+
+// NewWindow counts writes that end from from to to, and from settle after
+// the last sender started: a sender fills its send buffer at once, which
+// the link carries only later, and with many receivers the last may start
+// late.
+func NewWindow(from, to time.Time, settle time.Duration) *Window {
+	n := max(int(to.Sub(from)/windowBin), 0)
+	return &Window{from: from, to: from.Add(time.Duration(n) * windowBin), settle: settle, bins: make([]atomic.Int64, n)}
 }
 
 func (w *Window) start(t time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if t.After(w.last) {
-		w.last = t
+	for ns := t.UnixNano(); ; {
+		old := w.last.Load()
+		if ns <= old || w.last.CompareAndSwap(old, ns) {
+			return
+		}
 	}
 }
 
 func (w *Window) add(t time.Time, n int) {
-	if n <= 0 {
-		return
+	if i := int(t.Sub(w.from) / windowBin); n > 0 && !t.Before(w.from) && i < len(w.bins) {
+		w.bins[i].Add(int64(n))
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.writes = append(w.writes, written{t, n})
 }
 
-// Rate is the bytes written within the window, from Settle after the last
+// Rate is the bytes written within the window, from settle after the last
 // sender started, per second of it; 0 if that leaves no time.
 func (w *Window) Rate() float64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	from := w.From
-	if l := w.last.Add(w.Settle); l.After(from) {
-		from = l
+	first := 0
+	if l := time.Unix(0, w.last.Load()).Add(w.settle); l.After(w.from) {
+		first = int((l.Sub(w.from) + windowBin - 1) / windowBin)
 	}
-	span := w.To.Sub(from).Seconds()
-	if span <= 0 {
+	if first >= len(w.bins) {
 		return 0
 	}
 	var bytes int64
-	for _, x := range w.writes {
-		if !x.at.Before(from) && !x.at.After(w.To) {
-			bytes += int64(x.n)
-		}
+	for i := first; i < len(w.bins); i++ {
+		bytes += w.bins[i].Load()
 	}
-	return float64(bytes) / span
+	return float64(bytes) / (time.Duration(len(w.bins)-first) * windowBin).Seconds()
 }
 
 // Receive reads c until the sender closes it, or deadline, and returns
