@@ -32,7 +32,9 @@ func newDecoder(enc Encoding, r io.Reader, checked bool) (io.ReadCloser, error) 
 	case Raw:
 		return io.NopCloser(r), nil
 	case Zstd:
-		d, err := zstd.NewReader(r,
+		// RLE blocks reach the decoder as raw ones (rleAsRaw), which it
+		// decodes faster.
+		d, err := zstd.NewReader(newRLEAsRaw(r),
 			// One goroutine: more only adds hand-offs (more CPU per byte)
 			// for little speed, and nodes often share their cores.
 			zstd.WithDecoderConcurrency(1),
