@@ -33,17 +33,92 @@ func (im *Image) UseMap(m blockmap.Map) error {
 // UsedMap is the map the image is read through, nil if none.
 func (im *Image) UsedMap() *blockmap.Map { return im.used }
 
-// ReadMap maps the file system of a raw image (blockmap.Read), reading the
-// file itself. blockmap.ErrUnknown says it holds none the map knows.
+// ReadMap maps the file system of the image (blockmap.Read).
+// blockmap.ErrUnknown says it holds none the map knows. A raw image's
+// file is read where the map needs it; a compressed one is decoded from
+// its start up to there (decodedAt), once scanned (its size known).
 func (im *Image) ReadMap() (blockmap.Map, error) {
-	if im.Encoding != Raw {
-		return blockmap.Map{}, fmt.Errorf("image %s is %s: %w", im.Path, im.Encoding, blockmap.ErrUnknown)
+	var r io.ReaderAt = im.f
+	if im.Encoding.Compressed() {
+		if im.Size == 0 {
+			return blockmap.Map{}, fmt.Errorf("image %s: not scanned yet: %w", im.Path, blockmap.ErrUnknown)
+		}
+		d := &decodedAt{im: im, budget: mapDecodePasses * im.Size}
+		defer d.close()
+		m, err := blockmap.Read(d, im.Size)
+		if d.over {
+			return blockmap.Map{}, fmt.Errorf("image %s: its file system's records lie too far apart to map it in %d passes of decoding: %w",
+				im.Path, mapDecodePasses, blockmap.ErrUnknown)
+		}
+		if err != nil {
+			return m, fmt.Errorf("image %s: %w", im.Path, err)
+		}
+		return m, nil
 	}
-	m, err := blockmap.Read(im.f, im.Size)
+	m, err := blockmap.Read(r, im.Size)
 	if err != nil {
 		return m, fmt.Errorf("image %s: %w", im.Path, err)
 	}
 	return m, nil
+}
+
+// mapDecodePasses bounds what mapping a compressed image may decode, in
+// images' worth: a file system keeps its allocation records near its
+// start (ext4's flex groups, FAT) or in a few places read in order, so
+// that a map usually costs a small part of one pass.
+const mapDecodePasses = 2
+
+// decodedAt reads a compressed image's raw bytes at any offset, decoding
+// the stream from its start: a read further on goes on from where the last
+// one ended, and a read further back starts over. It decodes at most
+// budget bytes in all, and says so (over).
+type decodedAt struct {
+	im     *Image
+	dec    io.ReadCloser
+	pos    int64 // the raw offset dec reads next
+	budget int64
+	over   bool
+}
+
+func (d *decodedAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= d.im.Size {
+		return 0, io.EOF
+	}
+	if d.dec == nil || off < d.pos {
+		d.close()
+		dec, err := NewStreamDecoder(d.im.Encoding, d.im.Stream())
+		if err != nil {
+			return 0, err
+		}
+		d.dec, d.pos = dec, 0
+	}
+	want := min(int64(len(p)), d.im.Size-off)
+	if off-d.pos+want > d.budget {
+		d.over = true
+		return 0, errors.New("decoding too much of the image to map it")
+	}
+	d.budget -= off - d.pos + want
+	skipped, err := io.CopyN(io.Discard, d.dec, off-d.pos)
+	d.pos += skipped
+	if err != nil {
+		return 0, fmt.Errorf("decoding the image up to %d: %w", off, err)
+	}
+	n, err := io.ReadFull(d.dec, p[:want])
+	d.pos += int64(n)
+	if err != nil {
+		return n, fmt.Errorf("decoding the image at %d: %w", off, err)
+	}
+	if want < int64(len(p)) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (d *decodedAt) close() {
+	if d.dec != nil {
+		d.dec.Close()
+		d.dec = nil
+	}
 }
 
 // readUsed reads p at off as the map says: free bytes are zeros, unread.

@@ -2,11 +2,14 @@ package imaging
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"dolly/imaging/blockmap"
@@ -104,5 +107,87 @@ func TestImageReadThroughItsMap(t *testing.T) {
 	}
 	if err := im.UseMap(blockmap.Map{Size: size + 1}); err == nil {
 		t.Error("a map of another size was taken")
+	}
+}
+
+// A compressed image of a file system maps, once scanned, as its raw
+// image does: decoded from its start up to each record the map reads.
+func TestCompressedImageMapsAsItsRawImage(t *testing.T) {
+	raw, _ := dirtyExt4(t, 32<<20)
+	rf, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := blockmap.Read(rf, 32<<20)
+	rf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, enc := range []Encoding{Zstd, Gzip} {
+		t.Run(enc.String(), func(t *testing.T) {
+			packed := filepath.Join(t.TempDir(), "fs.img."+enc.String())
+			in, _ := os.Open(raw)
+			out, _ := os.Create(packed)
+			if err := Compress(out, enc, in, 1); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			out.Close()
+			im, err := OpenImage(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			if _, err := im.ReadMap(); !errors.Is(err, blockmap.ErrUnknown) {
+				t.Fatalf("mapped before the scan (size unknown): %v", err)
+			}
+			if err := im.Scan(context.Background(), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			got, err := im.ReadMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.FS != want.FS || got.UsedBytes() != want.UsedBytes() || !reflect.DeepEqual(got, want) {
+				t.Fatalf("mapped %s, %d bytes in use; the raw image %s, %d", got.FS, got.UsedBytes(), want.FS, want.UsedBytes())
+			}
+		})
+	}
+}
+
+// decodedAt reads anywhere, forward or back, and stops at its budget.
+func TestDecodedAtReadsBackAndStopsAtItsBudget(t *testing.T) {
+	data := make([]byte, 4<<20)
+	mixedData(data)
+	packed := filepath.Join(t.TempDir(), "data.zst")
+	out, _ := os.Create(packed)
+	if err := Compress(out, Zstd, bytes.NewReader(data), 1); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	im, err := OpenImage(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	if err := im.Scan(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := &decodedAt{im: im, budget: int64(len(data)) * 5 / 2}
+	defer d.close()
+	for _, r := range []struct{ off, n int64 }{{3 << 20, 4096}, {1000, 100}, {2 << 20, 1 << 20}} {
+		p := make([]byte, r.n)
+		if n, err := d.ReadAt(p, r.off); err != nil || !bytes.Equal(p[:n], data[r.off:r.off+r.n]) {
+			t.Fatalf("ReadAt(%d, %d) = %d, %v, or other bytes", r.off, r.n, n, err)
+		}
+	}
+	if n, err := d.ReadAt(make([]byte, 20), 4<<20-10); n != 10 || err != io.EOF {
+		t.Fatalf("reading past the end: %d, %v; want 10, EOF", n, err)
+	}
+	if _, err := d.ReadAt(make([]byte, 10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ReadAt(make([]byte, 10), 4<<20-20); err == nil || !d.over {
+		t.Fatalf("decoded past its budget: %v", err)
 	}
 }

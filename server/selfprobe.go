@@ -32,8 +32,41 @@ func (s *Server) scan(ctx context.Context) {
 		if s.disk, s.scanErr = diskLayout(s.img, s.cfg.GrowLast); s.scanErr == nil {
 			s.printDisk()
 		}
+		if s.scanErr == nil && s.usedMap == nil {
+			s.scanErr = s.mapDecoded()
+		}
 	}
 }
+
+// mapDecoded reads the block map of a compressed image's file system once
+// it is scanned, for the nodes: the stream still carries the free blocks
+// (compressed away when they are zeros), but the nodes need not write
+// them. Without it each node zeroes all the free space, which a disk
+// that cannot zero a range in place (a hard disk, a virtual one) writes
+// block by block.
+func (s *Server) mapDecoded() error {
+	if s.cfg.AllBlocks {
+		return nil
+	}
+	start := time.Now()
+	m, err := s.img.ReadMap()
+	switch {
+	case errors.Is(err, blockmap.ErrUnknown):
+		s.log.Debug("no block map", "image", s.img.Path, "reason", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w; or pass -zero-free to write every block", err)
+	}
+	if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
+		return fmt.Errorf("image %s: %w", s.img.Path, err)
+	}
+	fmt.Fprintf(s.cfg.Out, "  %s: %s of %s in use (mapped in %s); %s\n", m.FS, units.FormatBytes(m.UsedBytes()),
+		units.FormatBytes(m.Size), formatDuration(time.Since(start)), decodedFreeNote)
+	return nil
+}
+
+// decodedFreeNote says what becomes of a compressed image's free blocks.
+const decodedFreeNote = "the nodes discard the free blocks where the disk can, else leave them as they are (-zero-free writes them)"
 
 // printDisk says what the nodes do with a whole disk's image.
 func (s *Server) printDisk() {

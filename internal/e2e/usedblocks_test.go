@@ -432,3 +432,100 @@ func TestDirtyNTFSAndFAT32CastTheirUsedBlocks(t *testing.T) {
 		})
 	}
 }
+
+// A compressed image of a file system (zstd's tool, on a clean ext4) is
+// mapped once scanned: on a disk that cannot discard, the nodes leave its
+// free blocks as they were rather than write them all as zeros, and the
+// blocks in use are the image's. With -zero-free the target is the image.
+func TestCompressedImageLeavesItsFreeBlocks(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireProgram(t, "zstd", "zstd")
+	for _, tool := range []string{"mke2fs", "debugfs", "e2fsck"} {
+		testenv.RequireProgram(t, tool, "e2fsprogs")
+	}
+	dir := t.TempDir()
+	const size = 64 << 20
+	img := filepath.Join(dir, "fs.img")
+	if err := testimage.Fill(img, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mke2fs", "-q", "-F", "-t", "ext4", img).CombinedOutput(); err != nil {
+		t.Fatalf("mke2fs: %v\n%s", err, out)
+	}
+	kept := make([]byte, 6<<20)
+	rand.Read(kept)
+	keep := filepath.Join(dir, "keep")
+	os.WriteFile(keep, kept, 0o644)
+	if out, err := exec.Command("debugfs", "-w", "-R", "write "+keep+" keep", img).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v\n%s", err, out)
+	}
+	golden, _ := os.ReadFile(img)
+	f, _ := os.Open(img)
+	used, err := blockmap.Read(f, size)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("zstd", "-q", "-3", img, "-o", img+".zst").CombinedOutput(); err != nil {
+		t.Fatalf("zstd: %v\n%s", err, out)
+	}
+
+	const old = 0xAA
+	backing := filepath.Join(dir, "hdd")
+	if err := testimage.Fill(backing, old, size); err != nil {
+		t.Fatal(err)
+	}
+	var hdd string
+	t.Cleanup(func() { testenv.RemoveLoopDevice(t, hdd) })
+	hdd = testenv.LoopDevice(t, backing)
+	knob := "/sys/block/" + filepath.Base(hdd) + "/queue/discard_max_bytes"
+	if err := os.WriteFile(knob, []byte("0"), 0); err != nil {
+		t.Skipf("skipped: cannot turn discard off on %s: %v", hdd, err)
+	}
+
+	cast := func(extra ...string) string {
+		args := append([]string{"-image", img + ".zst", "-chain", "-no-probe", "-yes"}, extra...)
+		r := runCast(t, args, []string{hdd}, 2*time.Minute)
+		if r.code != 0 {
+			t.Fatalf("dolly-server %v exited %d:\n%s", extra, r.code, r.server.out.String())
+		}
+		if out, err := exec.Command("e2fsck", "-fn", hdd).CombinedOutput(); err != nil {
+			t.Errorf("%v: e2fsck -fn: %v\n%s", extra, err, out)
+		}
+		return r.server.out.String()
+	}
+
+	out := cast()
+	if !strings.Contains(out, "in use (mapped in") {
+		t.Errorf("the server does not say it mapped the image:\n%s", out)
+	}
+	got, err := os.ReadFile(hdd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first and last MiB are zeroed where free (FreeSkipper); the
+	// free blocks between keep the disk's old bytes.
+	const edge = 1 << 20
+	var free, left int64
+	for off := int64(0); off < size; {
+		start, end := used.NextUsed(off)
+		if !bytes.Equal(got[start:end], golden[start:end]) {
+			t.Fatalf("the used blocks at %d..%d differ from the image's", start, end)
+		}
+		for b := max(off, edge); b < min(start, size-edge); b++ {
+			free++
+			if got[b] == old {
+				left++
+			}
+		}
+		off = end
+	}
+	if free < size/2 || left < free*99/100 {
+		t.Errorf("%d of %d free bytes were left as they were; want nearly all", left, free)
+	}
+
+	cast("-zero-free")
+	if got, _ := os.ReadFile(hdd); !bytes.Equal(got, golden) {
+		t.Error("with -zero-free the target is not the image")
+	}
+}
