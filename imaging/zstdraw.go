@@ -40,9 +40,9 @@ type rleAsRaw struct {
 type rleState int
 
 const (
-	rleFrame     rleState = iota // at a frame's header
-	rleBlock                     // at a block's header
-	rlePassThrough               // handing on the rest unchanged
+	rleFrame       rleState = iota // at a frame's header
+	rleBlock                       // at a block's header
+	rlePassThrough                 // handing on the rest unchanged
 )
 
 func newRLEAsRaw(r io.Reader) *rleAsRaw {
