@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"dolly/imaging/blockmap"
+	"dolly/internal/units"
 )
 
 // A raw image of a file system is cast as the file system uses it: the
@@ -38,35 +39,45 @@ func (im *Image) UsedMap() *blockmap.Map { return im.used }
 // file is read where the map needs it; a compressed one is decoded from
 // its start up to there (decodedAt), once scanned (its size known).
 func (im *Image) ReadMap() (blockmap.Map, error) {
-	var r io.ReaderAt = im.f
 	if im.Encoding.Compressed() {
-		if im.Size == 0 {
-			return blockmap.Map{}, fmt.Errorf("image %s: not scanned yet: %w", im.Path, blockmap.ErrUnknown)
-		}
-		d := &decodedAt{im: im, budget: mapDecodePasses * im.Size}
-		defer d.close()
-		m, err := blockmap.Read(d, im.Size)
-		if d.over {
-			return blockmap.Map{}, fmt.Errorf("image %s: its file system's records lie too far apart to map it in %d passes of decoding: %w",
-				im.Path, mapDecodePasses, blockmap.ErrUnknown)
-		}
-		if err != nil {
-			return m, fmt.Errorf("image %s: %w", im.Path, err)
-		}
-		return m, nil
+		return im.readDecodedMap(mapDecodeBudget(im.Size))
 	}
-	m, err := blockmap.Read(r, im.Size)
+	m, err := blockmap.Read(im.f, im.Size)
 	if err != nil {
 		return m, fmt.Errorf("image %s: %w", im.Path, err)
 	}
 	return m, nil
 }
 
-// mapDecodePasses bounds what mapping a compressed image may decode, in
-// images' worth: a file system keeps its allocation records near its
-// start (ext4's flex groups, FAT) or in a few places read in order, so
-// that a map usually costs a small part of one pass.
-const mapDecodePasses = 2
+// readDecodedMap maps a compressed image, decoding at most budget bytes.
+func (im *Image) readDecodedMap(budget int64) (blockmap.Map, error) {
+	if im.Size == 0 {
+		return blockmap.Map{}, fmt.Errorf("image %s: not scanned yet: %w", im.Path, blockmap.ErrUnknown)
+	}
+	d := &decodedAt{im: im, budget: budget}
+	defer d.close()
+	m, err := blockmap.Read(d, im.Size)
+	if d.over {
+		return blockmap.Map{}, fmt.Errorf("image %s: %w: its file system keeps its records further in than %s: %w",
+			im.Path, ErrMapTooFar, units.FormatBytes(budget), blockmap.ErrUnknown)
+	}
+	if err != nil {
+		return m, fmt.Errorf("image %s: %w", im.Path, err)
+	}
+	return m, nil
+}
+
+// ErrMapTooFar says a compressed image was not mapped: it would have to
+// be decoded too far (mapDecodeBudget). It comes with blockmap.ErrUnknown.
+var ErrMapTooFar = errors.New("not mapped")
+
+// mapDecodeBudget bounds what mapping a compressed image of size bytes may
+// decode: a quarter of the image, and at least 1 GiB. A file system keeps
+// its allocation records near its start (ext4's flex groups, FAT) or in
+// a few places read mostly in order (NTFS), so a map usually costs a
+// small part of one pass; one that would cost more is not worth the
+// time it adds to every cast of a large image.
+func mapDecodeBudget(size int64) int64 { return max(size/4, 1<<30) }
 
 // decodedAt reads a compressed image's raw bytes at any offset, decoding
 // the stream from its start: a read further on goes on from where the last

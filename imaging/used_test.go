@@ -148,6 +148,9 @@ func TestCompressedImageMapsAsItsRawImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if _, err := im.readDecodedMap(64 << 10); !errors.Is(err, ErrMapTooFar) || !errors.Is(err, blockmap.ErrUnknown) {
+				t.Fatalf("mapped within 64 KiB of decoding: %v", err)
+			}
 			if got.FS != want.FS || got.UsedBytes() != want.UsedBytes() || !reflect.DeepEqual(got, want) {
 				t.Fatalf("mapped %s, %d bytes in use; the raw image %s, %d", got.FS, got.UsedBytes(), want.FS, want.UsedBytes())
 			}

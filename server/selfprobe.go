@@ -51,6 +51,9 @@ func (s *Server) mapDecoded() error {
 	start := time.Now()
 	m, err := s.img.ReadMap()
 	switch {
+	case errors.Is(err, imaging.ErrMapTooFar):
+		fmt.Fprintf(s.cfg.Out, "  %v; the nodes write its free blocks too\n", err)
+		return nil
 	case errors.Is(err, blockmap.ErrUnknown):
 		s.log.Debug("no block map", "image", s.img.Path, "reason", err)
 		return nil
