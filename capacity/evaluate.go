@@ -86,7 +86,10 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	if !(opt.HoleFraction >= 0 && opt.HoleFraction <= opt.ZeroFraction) {
 		return Result{}, fmt.Errorf("hole fraction %v: want a share from 0 up to the zero fraction %v", opt.HoleFraction, opt.ZeroFraction)
 	}
-	st := stream{Compression: comp, zero: opt.ZeroFraction, holes: opt.HoleFraction, stored: opt.Stored}
+	if !(opt.ZeroedFraction >= 0 && opt.ZeroedFraction <= opt.ZeroFraction) {
+		return Result{}, fmt.Errorf("zeroed fraction %v: want a share from 0 up to the zero fraction %v", opt.ZeroedFraction, opt.ZeroFraction)
+	}
+	st := stream{Compression: comp, zero: opt.ZeroFraction, zeroed: opt.ZeroedFraction, holes: opt.HoleFraction, stored: opt.Stored}
 
 	host := make([]int, len(t.Parent)) // host index of each vertex
 	used := make([]bool, len(f.net.Hosts))

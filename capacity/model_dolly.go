@@ -24,8 +24,10 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 // With w the wire bytes and d the data bytes per raw byte (w = d for a raw
 // stream, 1/c compressed), o children and b in raw bytes/s:
 //
-//	disk      d·b ≤ disk write rate
-//	I/O bus   ((1+o)·w + d)·b ≤ bus
+//	disk      (d [+ z])·b ≤ disk write rate
+//	I/O bus   ((1+o)·w + d [+ z])·b ≤ bus
+//	          where z is the share the node zeroes, when its disk zeroes
+//	          by writing zeros (a hard disk; an SSD zeroes in place)
 //	memory    ((1+o)·w + 2w + w + 2d + d [+ w + d + 2 + 1 + d])·b ≤ memory
 //	          NIC DMAs, read copy, CRC, write copy, disk DMA [decoder in/out, gather copy, zero scan, digest]
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write
@@ -81,8 +83,14 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 			h.add(DecompressLimit, flow, thread, 1)
 		}
 	}
-	h.add(DiskLimit, flow, d, r.Disk)
-	h.add(IOBusLimit, flow, (1+o)*w+d, r.IOBus)
+	// A disk that zeroes by writing writes the zero runs the node zeroes
+	// too (the kernel's zero pages: no copy, but the disk's time).
+	written := d
+	if r.ZeroesByWriting {
+		written += st.zeroedShare()
+	}
+	h.add(DiskLimit, flow, written, r.Disk)
+	h.add(IOBusLimit, flow, (1+o)*w+written, r.IOBus)
 	h.add(MemoryLimit, flow, memory, r.Memory)
 	h.add(CPULimit, flow, cpu, r.cores())
 	return nil

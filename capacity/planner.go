@@ -36,6 +36,11 @@ type Options struct {
 	// them as a few header bytes and nodes zero the range instead of
 	// writing it, so a mostly empty filesystem casts faster than its size.
 	ZeroFraction float64
+	// ZeroedFraction is the share of the raw image in zero runs that the
+	// nodes zero; the rest (a file system's free blocks, with its block
+	// map) they leave or discard. At most ZeroFraction. It costs a node
+	// only where its disk zeroes by writing (Resources.ZeroesByWriting).
+	ZeroedFraction float64
 	// HoleFraction is the share of the raw image that its file keeps as
 	// holes (a sparse file): the source sends them as zero runs without
 	// reading them. At most ZeroFraction.

@@ -18,6 +18,11 @@ type Probe struct {
 	// the write path to the target (write(2) into the page cache, then
 	// writeback): its CPU cost.
 	DiskWriteCPUBytesPerSec float64 `json:"disk_write_cpu_bytes_per_sec,omitempty"`
+	// ZeroesByWriting says the target zeroes a range by writing zeros: a
+	// block device that cannot zero in place (a hard disk, many virtual
+	// disks), where BLKZEROOUT falls back to writing zero pages. A zero
+	// run the node must zero then costs its disk as much as data.
+	ZeroesByWriting bool `json:"zeroes_by_writing,omitempty"`
 	// DiskReadBytesPerSec is the sequential read rate of the image store;
 	// only the source's matters.
 	DiskReadBytesPerSec float64 `json:"disk_read_bytes_per_sec,omitempty"`
@@ -77,6 +82,7 @@ func (p Probe) Resources(role Role) Resources {
 	return Resources{
 		Model:              ModelDolly,
 		Disk:               disk,
+		ZeroesByWriting:    p.ZeroesByWriting && role != RoleSource,
 		Memory:             2 * p.MemcpyBytesPerSec,
 		Cores:              float64(max(p.Cores, 1)),
 		ParallelDecompress: false,

@@ -34,6 +34,9 @@ type Resources struct {
 	// the target's write rate on a node, the image store's read rate on
 	// the source.
 	Disk float64
+	// ZeroesByWriting: the node's disk zeroes a range by writing it (see
+	// Probe.ZeroesByWriting), so the zero runs it zeroes cost Disk too.
+	ZeroesByWriting bool
 	// IOBus is the I/O bus capacity (the paper's 132 MB/s PCI).
 	IOBus float64
 	// Memory is the memory system capacity: bytes moved to and from

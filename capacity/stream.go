@@ -9,6 +9,7 @@ import (
 type stream struct {
 	Compression         // the form on the wire
 	zero        float64 // share of the raw image in zero runs, which are not sent
+	zeroed      float64 // share of it in zero runs the nodes zero (at most zero)
 	holes       float64 // share of it the source's file keeps as holes, not read
 	// stored is how the source holds the image; nil means as it is sent.
 	stored *Compression
@@ -42,6 +43,19 @@ func (s stream) data() float64 {
 		return 1 - s.piece.ZeroFraction
 	}
 	return 1 - s.zero
+}
+
+// zeroedShare is the share of what is counted in zero runs that a node
+// zeroes on its target; a piece is taken to hold its zero runs' share of
+// them.
+func (s stream) zeroedShare() float64 {
+	if s.piece == nil {
+		return s.zeroed
+	}
+	if s.zero <= 0 {
+		return 0
+	}
+	return s.piece.ZeroFraction * s.zeroed / s.zero
 }
 
 // unreadHoles is the share of what is counted that a raw image's file

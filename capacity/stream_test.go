@@ -51,6 +51,39 @@ func TestZeroRunsCostTheNodeNothing(t *testing.T) {
 	}
 }
 
+// The zero runs a node zeroes cost its disk a write only where the disk
+// zeroes by writing zeros; those in free blocks (not zeroed) never do.
+func TestZeroedRunsCostADiskThatZeroesByWriting(t *testing.T) {
+	cases := []struct {
+		name      string
+		byWriting bool
+		zeroed    float64
+		comp      Compression
+		want      float64 // the disk's coefficient
+	}{
+		{"zeroes in place", false, 0.5, Compression{}, 0.25},
+		{"zeroes by writing, all zero runs zeroed", true, 0.75, Compression{}, 1},
+		{"zeroes by writing, free blocks left", true, 0.25, Compression{}, 0.5},
+		{"zeroes by writing, a compressed stream", true, 0.75, Compression{"zstd", 4}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := dollyRes
+			res.ZeroesByWriting = c.byWriting
+			res.CPU.Decompress = map[string]float64{"zstd": 1e15}
+			net := oneSwitch(2, 1250*MB, res)
+			r := evaluateWith(t, net, Chain(2), c.comp, Options{ZeroFraction: 0.75, ZeroedFraction: c.zeroed})
+			if disk := find(t, r, DiskLimit, "n01"); !near(disk.Coef, c.want) {
+				t.Errorf("disk coefficient %v, want %v", disk.Coef, c.want)
+			}
+		})
+	}
+	net := oneSwitch(2, 1250*MB, dollyRes)
+	if _, err := Evaluate(net, Plan{Tree: Chain(2), Hosts: hostNames(net)}, Options{ZeroFraction: 0.5, ZeroedFraction: 0.6}); err == nil {
+		t.Fatal("more zeroed than in zero runs was accepted")
+	}
+}
+
 // A raw image sent compressed is compressed by the source, which costs it
 // CPU; a compressed image sent raw is decoded there, on one core.
 func TestSourceConversions(t *testing.T) {

@@ -72,12 +72,36 @@ func (s *Server) logTightest(ctx context.Context, r capacity.Result) {
 	s.log.Debug("model CPU per byte", "plan", planName(r), "hosts", cpu)
 }
 
+// zeroedRuns is the share of the image in zero runs that the nodes zero:
+// all but those in free blocks (freeShare of the image, which they leave
+// or discard). Where writing of the nodes' disks zero by writing zeros,
+// that costs them a write, and the note says so.
+func zeroedRuns(zeroFraction, freeShare float64, writing, nodes int) (float64, string) {
+	zeroed := max(0, zeroFraction-freeShare)
+	if writing == 0 || zeroed < 0.01 {
+		return zeroed, ""
+	}
+	return zeroed, fmt.Sprintf("%d of %d nodes zero by writing zeros (their disks take no write-zeroes command): the %.0f%% of the image in zero runs outside free blocks costs their disks a write",
+		writing, nodes, 100*zeroed)
+}
+
 // model is what the capacity model plans from: the network of the source
 // and ready, and the image's options.
 func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, capacity.Options, []string) {
 	net, notes := s.network(ready, figs)
 	opt := Options(s.profile, s.cfg.FrameSize)
 	opt.MaxStreamRate = s.cfg.MaxRate
+	writing := 0
+	for _, n := range ready {
+		if n.probe != nil && n.probe.ZeroesByWriting {
+			writing++
+		}
+	}
+	var note string
+	opt.ZeroedFraction, note = zeroedRuns(opt.ZeroFraction, s.freeShare, writing, len(ready))
+	if note != "" {
+		notes = append(notes, note)
+	}
 	if f := DecodeFactor(s.profile); f != 1 {
 		ImageDecode(&net, opt.Compression.Codec, s.profile)
 		note := fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate))

@@ -61,3 +61,27 @@ func TestMergeMachineProbesKeepsTheNodesDecoders(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroedRuns: the nodes zero the zero runs outside free blocks, and
+// the preview says what that costs disks that zero by writing.
+func TestZeroedRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		zero, free float64
+		writing    int
+		want       float64
+		note       string
+	}{
+		{"no map: every zero run", 0.6, 0, 3, 0.6, "3 of 4 nodes zero by writing zeros (their disks take no write-zeroes command): the 60% of the image in zero runs outside free blocks costs their disks a write"},
+		{"a map: the zeros in use", 0.6, 0.5, 4, 0.1, "4 of 4 nodes zero by writing zeros (their disks take no write-zeroes command): the 10% of the image in zero runs outside free blocks costs their disks a write"},
+		{"disks that zero in place say nothing", 0.6, 0, 0, 0.6, ""},
+		{"free blocks holding old data", 0.2, 0.5, 4, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, note := zeroedRuns(tc.zero, tc.free, tc.writing, 4)
+			if math.Abs(got-tc.want) > 1e-9 || note != tc.note {
+				t.Errorf("zeroedRuns = %v, %q; want %v, %q", got, note, tc.want, tc.note)
+			}
+		})
+	}
+}

@@ -63,9 +63,19 @@ func (s *Server) mapDecoded() error {
 	if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
 		return fmt.Errorf("image %s: %w", s.img.Path, err)
 	}
+	s.freeShare = freeShare(m)
 	fmt.Fprintf(s.cfg.Out, "  %s: %s of %s in use (mapped in %s); %s\n", m.FS, units.FormatBytes(m.UsedBytes()),
 		units.FormatBytes(m.Size), formatDuration(time.Since(start)), decodedFreeNote)
 	return nil
+}
+
+// freeShare is the share of m's image its file systems leave free: zero
+// runs there the nodes leave or discard rather than zero.
+func freeShare(m blockmap.Map) float64 {
+	if m.Size <= 0 {
+		return 0
+	}
+	return float64(m.Size-m.UsedBytes()) / float64(m.Size)
 }
 
 // decodedFreeNote says what becomes of a compressed image's free blocks.

@@ -201,6 +201,7 @@ type Server struct {
 	fingerprint string              // of the image, for nodes that come back
 	mapNote     string              // what the image's block map leaves out, for the console
 	usedMap     []byte              // that map, for the nodes' welcome
+	freeShare   float64             // the share of the image that map calls free
 	disk        *control.DiskLayout // the image's partition layout, if it is a whole disk's
 	// signer signs every frame of a keyed cast; nodes get its public half
 	// in their welcome.
@@ -283,6 +284,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		if s.usedMap, err = m.Encode(maxUsedMap); err != nil {
 			return Summary{}, fmt.Errorf("image %s: %w", img.Path, err)
 		}
+		s.freeShare = freeShare(*m)
 	}
 	if s.fingerprint, err = img.Fingerprint(); err != nil {
 		return Summary{}, err

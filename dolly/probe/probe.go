@@ -121,6 +121,9 @@ func Run(ctx context.Context, cfg Config) Report {
 			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
 			note("target write rate: %s/s (%s/s of CPU): %s", units.FormatBytes(int64(d.rate)), units.FormatBytes(int64(d.cpuRate)), d.how)
 		}
+		if r.ZeroesByWriting = zeroesByWriting("/sys", cfg.Target); r.ZeroesByWriting {
+			note("the target zeroes a range by writing zeros (its disk takes no write-zeroes command): a run of zeros the node must zero costs it a write")
+		}
 	}
 	if cfg.Image != "" {
 		rate, err := probeRead(ctx, cfg.Image, cfg.DiskBudget)
@@ -400,6 +403,15 @@ func (r Report) Format() string {
 		}
 		return units.FormatBytes(int64(v)) + "/s"
 	}
+	zeroing := func(byWriting bool) string {
+		switch {
+		case byWriting:
+			return "by writing zeros"
+		case r.DiskWriteBytesPerSec <= 0:
+			return "not measured"
+		}
+		return "in place"
+	}
 	fmt.Fprintf(&b, "probe of %s (%d cores)\n", r.Hostname, r.Cores)
 	nic := "link speed"
 	if r.NIC != "" {
@@ -412,6 +424,7 @@ func (r Report) Format() string {
 	rows := [][2]string{
 		{nic, linkRate},
 		{"target write", rate(r.DiskWriteBytesPerSec)},
+		{"target zeroes", zeroing(r.ZeroesByWriting)},
 		{"write path, one core", rate(r.DiskWriteCPUBytesPerSec)},
 		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
 		{"relay path, one core", rate(r.RelayBytesPerSec)},

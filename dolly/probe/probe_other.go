@@ -48,3 +48,5 @@ func (*DiskCrowd) Close() {}
 
 // WindowCPU is unknown here.
 func (*DiskCrowd) WindowCPU() time.Duration { return 0 }
+
+func zeroesByWriting(string, string) bool { return false }
