@@ -58,8 +58,7 @@ func (im *Image) readDecodedMap(budget int64) (blockmap.Map, error) {
 	defer d.close()
 	m, err := blockmap.Read(d, im.Size)
 	if d.over {
-		return blockmap.Map{}, fmt.Errorf("image %s: %w: its file system keeps its records further in than %s: %w",
-			im.Path, ErrMapTooFar, units.FormatBytes(budget), blockmap.ErrUnknown)
+		return blockmap.Map{}, tooFarError{path: im.Path, budget: budget}
 	}
 	if err != nil {
 		return m, fmt.Errorf("image %s: %w", im.Path, err)
@@ -70,6 +69,19 @@ func (im *Image) readDecodedMap(budget int64) (blockmap.Map, error) {
 // ErrMapTooFar says a compressed image was not mapped: it would have to
 // be decoded too far (mapDecodeBudget). It comes with blockmap.ErrUnknown.
 var ErrMapTooFar = errors.New("not mapped")
+
+// tooFarError is ErrMapTooFar for one image, and blockmap.ErrUnknown:
+// the cast goes on as for an image without a map.
+type tooFarError struct {
+	path   string
+	budget int64
+}
+
+func (e tooFarError) Error() string {
+	return fmt.Sprintf("image %s: %v: its file system keeps its records further in than %s", e.path, ErrMapTooFar, units.FormatBytes(e.budget))
+}
+
+func (e tooFarError) Unwrap() []error { return []error{ErrMapTooFar, blockmap.ErrUnknown} }
 
 // mapDecodeBudget bounds what mapping a compressed image of size bytes may
 // decode: a quarter of the image, and at least 1 GiB. A file system keeps

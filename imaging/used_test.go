@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"dolly/imaging/blockmap"
@@ -148,8 +149,12 @@ func TestCompressedImageMapsAsItsRawImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := im.readDecodedMap(64 << 10); !errors.Is(err, ErrMapTooFar) || !errors.Is(err, blockmap.ErrUnknown) {
+			_, err = im.readDecodedMap(64 << 10)
+			if !errors.Is(err, ErrMapTooFar) || !errors.Is(err, blockmap.ErrUnknown) {
 				t.Fatalf("mapped within 64 KiB of decoding: %v", err)
+			}
+			if want := "image " + packed + ": not mapped: its file system keeps its records further in than"; !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("error %q, want it to begin %q", err, want)
 			}
 			if got.FS != want.FS || got.UsedBytes() != want.UsedBytes() || !reflect.DeepEqual(got, want) {
 				t.Fatalf("mapped %s, %d bytes in use; the raw image %s, %d", got.FS, got.UsedBytes(), want.FS, want.UsedBytes())

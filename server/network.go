@@ -74,8 +74,8 @@ func (s *Server) logTightest(ctx context.Context, r capacity.Result) {
 
 // zeroedRuns is the share of the image in zero runs that the nodes zero:
 // all but those in free blocks (freeShare of the image, which they leave
-// or discard). Where writing of the nodes' disks zero by writing zeros,
-// that costs them a write, and the note says so.
+// or discard). On the disks of the writing nodes that zero by writing
+// zeros it costs a write, and the note says so.
 func zeroedRuns(zeroFraction, freeShare float64, writing, nodes int) (float64, string) {
 	zeroed := max(0, zeroFraction-freeShare)
 	if writing == 0 || zeroed < 0.01 {
