@@ -38,9 +38,9 @@ type netFigures struct {
 	// while it sent as much: what a stream in and out at its link's pace
 	// costs it.
 	ringCPU map[string]float64
-	// starSent is what the source wrote to all nodes at once per second,
-	// over one window after the streams' start (see probe.Window); 0 if
-	// unknown.
+	// starSent is what the source carried to all nodes at once per
+	// second, over one window after the streams' start (see
+	// probe.Window); 0 if unknown.
 	starSent float64
 	took     time.Duration
 	crowds   map[string]crowd     // by machine key: what a crowded machine's nodes measured at once
@@ -58,7 +58,7 @@ func (f netFigures) link(name string) float64 {
 }
 
 // sourceLink is what the source sent in all while it sent to every node:
-// what it wrote in one window, which the sum of what the nodes received,
+// what the nodes acknowledged in one window, which the sum of what the nodes received,
 // each over its own stream's time, overstates when the streams took turns
 // on the link (by a fifth or more in a lab of 12 or 24 nodes at 100 Mbit/s).
 func (f netFigures) sourceLink() float64 {
@@ -159,13 +159,18 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 		}
 	}
 
-	// The star: the source to every node at once. What it writes after
-	// the first quarter (TCP's start, a shaper's burst) and an eighth
-	// after the last stream started, until the earliest a stream can end,
-	// is counted on its one clock.
+	// The star: the source to every node at once. What the nodes
+	// acknowledge after the first quarter (TCP's start, a shaper's burst)
+	// and an eighth after the last stream started, until the earliest a
+	// stream can end, is counted on the source's one clock.
 	var wg sync.WaitGroup
 	began := time.Now()
 	sent := probe.NewWindow(began.Add(d/4), began.Add(d), d/8)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		sent.Watch(ctx)
+	}()
 	for i, n := range ready {
 		wg.Add(1)
 		go func(id uint64) {
@@ -176,6 +181,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 		}(starIDs[i])
 	}
 	wg.Wait()
+	<-watched
 	f.starSent = sent.Rate()
 	got := w.wait(ctx, starIDs, time.Now().Add(d+2*time.Second))
 	var failed []string

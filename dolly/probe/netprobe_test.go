@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -211,21 +212,109 @@ func TestSendCountedWindow(t *testing.T) {
 func TestWindowWaitsForTheLastSender(t *testing.T) {
 	t0 := time.Now()
 	w := NewWindow(t0.Add(100*time.Millisecond), t0.Add(time.Second), 100*time.Millisecond)
-	w.start(t0)
+	w.start(t0, nil)
 	w.add(t0.Add(50*time.Millisecond), 1000)   // before the window
 	w.add(t0.Add(1500*time.Millisecond), 1000) // after it
 	w.add(t0.Add(200*time.Millisecond), 900)
 	if got, want := w.Rate(), 900/0.9; math.Abs(got-want) > 1e-6 {
 		t.Errorf("rate %v, want %v", got, want)
 	}
-	w.start(t0.Add(500 * time.Millisecond)) // a late sender
+	w.start(t0.Add(500*time.Millisecond), nil) // a late sender
 	w.add(t0.Add(550*time.Millisecond), 5000)
 	w.add(t0.Add(700*time.Millisecond), 800)
 	if got, want := w.Rate(), 800/0.4; math.Abs(got-want) > 1e-6 {
 		t.Errorf("with a late sender, rate %v, want %v", got, want)
 	}
-	w.start(t0.Add(950 * time.Millisecond))
+	w.start(t0.Add(950*time.Millisecond), nil)
 	if got := w.Rate(); got != 0 {
 		t.Errorf("no time left to count, rate %v", got)
+	}
+}
+
+// A window asked of real sockets counts what their peers acknowledged:
+// every byte sent, once the receiver has read them all, whatever the send
+// buffers held in between.
+func TestWindowCountsAcknowledgements(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("no TCP acknowledgement count on " + runtime.GOOS)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		got <- Receive(c, time.Now().Add(10*time.Second)).Bytes
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := time.Now()
+	w := NewWindow(now.Add(-time.Second), now.Add(time.Minute), 0)
+	w.start(now.Add(-2*time.Second), c)
+	w.sample(now.Add(-time.Second))
+	const size = 8 << 20
+	if sent, err := SendFor(t.Context(), c, time.Minute, size); err != nil || sent != size {
+		t.Fatalf("sent %d, %v; want %d", sent, err, size)
+	}
+	if n := <-got; n != size {
+		t.Fatalf("the receiver read %d bytes, want %d", n, size)
+	}
+	// The last acknowledgement may trail the receiver's last read. The
+	// connection's SYN and FIN take a byte of the count each.
+	var acked int64
+	for range 100 {
+		if acked, err = ackedBytes(c); err != nil || acked >= size+2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if acked != size+2 {
+		t.Fatalf("the socket says %d bytes acknowledged (%v), want %d and its SYN and FIN", acked, err, size)
+	}
+	w.sample(now.Add(time.Second))
+	if r, ok := w.ackedRate(now.Add(-time.Second)); !ok || r != (size+1)/2.0 {
+		t.Errorf("rate from acknowledgements %v (%v), want %v: %d bytes and the FIN over the 2 s between the samples", r, ok, (size+1)/2.0, size)
+	}
+}
+
+// The rate from acknowledgements runs from the first sample that asked
+// every sender, settle after the last started, to the last sample.
+func TestWindowAckedRate(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name    string
+		blind   bool
+		lastMS  int // when the last sender started
+		samples []ackSample
+		want    float64
+		ok      bool
+	}{
+		{"steady", false, 0, []ackSample{{at(100), 1000, 2}, {at(200), 2000, 2}, {at(400), 5000, 2}}, 4000 / 0.3, true},
+		{"a late sender", false, 150, []ackSample{{at(100), 1000, 1}, {at(200), 2000, 2}, {at(300), 4000, 2}, {at(400), 5000, 2}}, 3000 / 0.2, true},
+		{"a sender that cannot tell", true, 0, []ackSample{{at(100), 1000, 2}, {at(400), 5000, 2}}, 0, false},
+		{"no time after the last start", false, 390, []ackSample{{at(100), 1000, 2}, {at(400), 5000, 2}}, 0, true},
+		{"one sample", false, 0, []ackSample{{at(100), 1000, 2}}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWindow(at(100), at(400), 50*time.Millisecond)
+			w.start(at(tc.lastMS), nil)
+			w.senders = []*ackedSender{{}, {}}
+			w.blind, w.samples = tc.blind, tc.samples
+			r, ok := w.ackedRate(at(max(100, tc.lastMS+50)))
+			if ok != tc.ok || math.Abs(r-tc.want) > 1e-6 {
+				t.Errorf("rate %v (%v), want %v (%v)", r, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }
