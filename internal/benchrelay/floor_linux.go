@@ -10,10 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// floorRelay is the least a relay can do in Linux: splice what it receives
-// into a pipe, tee it to the next host and splice it into the target,
-// never touching the bytes. No checks, no history, no copy for itself: it
-// is the kernel's share of any relay's cost, which dolly's cannot go below.
+// floorRelay is the least a relay can do in user space on Linux: splice
+// what it receives into a pipe, tee it to the next host and splice it into
+// the target, never touching the bytes. No checks, no history, no copy for
+// itself; but splice writes a block device through the page cache, which
+// costs a copy and the write-back that a node's direct writes do not.
 func floorRelay(listen, next, target string) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {

@@ -5,5 +5,5 @@ package main
 import "errors"
 
 func floorRelay(listen, next, target string) error {
-	return errors.New("the kernel floor relay needs Linux")
+	return errors.New("the splice-only relay needs Linux")
 }
