@@ -131,7 +131,7 @@ func (t *castTree) moveApart(c *nodeState, serves func(*nodeState) bool) (r rewi
 	var walk func(u *vertex, d int)
 	walk = func(u *vertex, d int) {
 		for _, k := range u.children {
-			if k != v && !k.paced && d > deepest && serves(k.node) {
+			if k != v && !k.paced && d > deepest && serves(k.node) && staysToServe(k) {
 				leaf, deepest = k, d
 			}
 			if k != v {
@@ -163,6 +163,14 @@ func (t *castTree) moveApart(c *nodeState, serves func(*nodeState) bool) (r rewi
 	v.paced = true
 	r.added = append(r.added, link{up: leaf, node: c})
 	return r, leaf, true
+}
+
+// staysToServe reports whether v will be there to serve a node apart: one
+// still casting, or one that relays to children and so stays until they
+// have the stream. A leaf that has finished is on its way out (a star's
+// leaves finish together, just when one node lags behind them).
+func staysToServe(v *vertex) bool {
+	return !v.node.finished() || len(v.children) > 0
 }
 
 // link makes up the upstream of v, a vertex not in the tree.

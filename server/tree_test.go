@@ -279,25 +279,35 @@ func TestCastTreeMovesASlowNodeApart(t *testing.T) {
 		parent   []int
 		slow     string
 		serves   func(*nodeState) bool
+		finished []string // nodes that have their verdict
 		wantTree string
 		wantWire string
 		wantOK   bool
 	}{
-		{"middle of a chain", []int{-1, 0, 1, 2, 3}, "n2", all,
+		{"middle of a chain", []int{-1, 0, 1, 2, 3}, "n2", all, nil,
 			"source(n1(n3(n4(n2))))", "-n2→n3 -n1→n2 +n1→n3 +n4→n2", true},
-		{"head of a chain", []int{-1, 0, 1, 2}, "n1", all,
+		{"head of a chain", []int{-1, 0, 1, 2}, "n1", all, nil,
 			"source(n2(n3(n1)))", "-n1→n2 -source→n1 +source→n2 +n3→n1", true},
-		{"tail of a chain", []int{-1, 0, 1, 2}, "n3", all,
+		{"tail of a chain", []int{-1, 0, 1, 2}, "n3", all, nil,
 			"source(n1(n2(n3)))", "-n2→n3 +n2→n3", true},
-		{"a leaf of a tree", []int{-1, 0, 1, 1}, "n2", all,
+		{"a leaf of a tree", []int{-1, 0, 1, 1}, "n2", all, nil,
 			"source(n1(n3(n2)))", "-n1→n2 +n3→n2", true},
-		{"alone", []int{-1, 0}, "n1", all, "source(n1)", "", false},
-		{"the only server is gone", []int{-1, 0, 1}, "n1", func(n *nodeState) bool { return n.name != "n2" },
+		{"alone", []int{-1, 0}, "n1", all, nil, "source(n1)", "", false},
+		{"the only server is gone", []int{-1, 0, 1}, "n1", func(n *nodeState) bool { return n.name != "n2" }, nil,
 			"source(n1(n2))", "", false},
+		{"a star's finished leaves leave", []int{-1, 0, 0, 0}, "n2", all, []string{"n1", "n3"},
+			"source(n1 n2 n3)", "", false},
+		{"a star's leaf still casting", []int{-1, 0, 0, 0}, "n2", all, []string{"n1"},
+			"source(n1 n3(n2))", "-source→n2 +n3→n2", true},
+		{"a finished relay stays for its children, a finished leaf does not", []int{-1, 0, 1, 1}, "n3", all, []string{"n1", "n2"},
+			"source(n1(n2 n3))", "-n1→n3 +n1→n3", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tr, by := testTree(t, tt.parent...)
+			for _, name := range tt.finished {
+				by[name].status = stDone
+			}
 			r, _, ok := tr.moveApart(by[tt.slow], tt.serves)
 			if ok != tt.wantOK || tr.String() != tt.wantTree || r.String() != tt.wantWire {
 				t.Fatalf("moveApart(%s) = %q, %v; tree %s; want %q, %v; tree %s", tt.slow, r, ok, tr, tt.wantWire, tt.wantOK, tt.wantTree)
