@@ -18,32 +18,6 @@ const userHZ = 100
 
 func ticks(n uint64) time.Duration { return time.Duration(n) * time.Second / userHZ }
 
-// machineBusy is the time all CPUs of this machine have spent busy so far:
-// in processes, in the kernel for them and in interrupts (whoever they
-// served), from /proc/stat. Time stolen by a hypervisor is not this
-// machine's.
-func machineBusy() (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, err
-	}
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
-	}
-	var busy uint64
-	// user nice system idle iowait irq softirq: all but idle and iowait.
-	for _, i := range []int{1, 2, 3, 6, 7} {
-		v, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %w", err)
-		}
-		busy += v
-	}
-	return ticks(busy), nil
-}
-
 // processCPU is the user and system time pid has taken so far.
 func processCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

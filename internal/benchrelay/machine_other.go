@@ -9,7 +9,6 @@ import (
 
 var errLinux = errors.New("bench-relay needs Linux")
 
-func machineBusy() (time.Duration, error)               { return 0, errLinux }
 func processCPU(int) (time.Duration, error)             { return 0, errLinux }
 func blockTarget(string, int64) (string, func(), error) { return "", nil, errLinux }
 func poison(string, int64) error                        { return errLinux }

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"dolly/dolly/probe"
 	"dolly/internal/testimage"
 )
 
@@ -192,11 +193,7 @@ type meter struct {
 
 // begin starts the count; others are the running hosts around the relay.
 func begin(relay int, others ...int) (meter, error) {
-	var m meter
-	var err error
-	if m.busy, err = machineBusy(); err != nil {
-		return m, err
-	}
+	m := meter{busy: probe.MachineCPU()}
 	for _, pid := range others {
 		c, err := processCPU(pid)
 		if err != nil {
@@ -204,19 +201,16 @@ func begin(relay int, others ...int) (meter, error) {
 		}
 		m.others += c
 	}
+	var err error
 	m.relay, err = processCPU(relay)
 	return m, err
 }
 
 // end ends the count once every process has exited: others is what the
 // other hosts took in all, relay what the relay's took.
-func (m meter) end(relay, others time.Duration, wall time.Duration) (sample, error) {
-	busy, err := machineBusy()
-	if err != nil {
-		return sample{}, err
-	}
+func (m meter) end(relay, others time.Duration, wall time.Duration) sample {
 	s := sample{
-		stream:  busy - m.busy - (others - m.others),
+		stream:  probe.MachineCPU() - m.busy - (others - m.others),
 		process: relay - m.relay,
 		wall:    wall,
 		startup: m.relay,
@@ -225,7 +219,7 @@ func (m meter) end(relay, others time.Duration, wall time.Duration) (sample, err
 		// The clocks tick in hundredths: a relay costs at least its own.
 		s.stream = s.process
 	}
-	return s, nil
+	return s
 }
 
 // dollyRelay casts img to a chain of two nodes and measures the first, which
@@ -286,10 +280,7 @@ func dollyRelay(bin, dir, img, dev string, size int64, noSplice bool) (sample, e
 	if merr != nil {
 		return sample{}, merr
 	}
-	s, err := m.end(cpuOf(relay), cpuOf(server)+cpuOf(tail), time.Since(started))
-	if err != nil {
-		return sample{}, err
-	}
+	s := m.end(cpuOf(relay), cpuOf(server)+cpuOf(tail), time.Since(started))
 	if err := sameBytes(img, dev, size); err != nil {
 		return sample{}, err
 	}
@@ -411,10 +402,7 @@ func pipeRelay(img, dev string, size int64, start relayCommand) (sample, error) 
 	if err := syncDevice(dev); err != nil {
 		return sample{}, err
 	}
-	s, err := m.end(cpuOf(relay), cpuOf(source)+cpuOf(sink), time.Since(started))
-	if err != nil {
-		return sample{}, err
-	}
+	s := m.end(cpuOf(relay), cpuOf(source)+cpuOf(sink), time.Since(started))
 	return s, sameBytes(img, dev, size)
 }
 
