@@ -499,3 +499,85 @@ func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestTakenUpNodeCountsOnceReadyAgain: a restarted server gives each node
+// that comes back new data tokens. It must hand a node's token to a peer
+// (in an assign) only once the node has said ready again, that is, once
+// it has taken its welcome; otherwise the peer's connection can reach the
+// node before the node knows the token, and the node drops it.
+func TestTakenUpNodeCountsOnceReadyAgain(t *testing.T) {
+	imgs, _ := images(t, 2<<20)
+	im, err := imaging.OpenImage(imgs[imaging.Raw])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := im.Fingerprint()
+	im.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Config{Image: imgs[imaging.Raw], Listen: "127.0.0.1:0", Nodes: 2, NoProbe: true, Yes: true,
+			Shape: capacity.KindChain, JoinTimeout: 30 * time.Second, Ready: func(a net.Addr) { addrc <- a.String() }})
+		done <- err
+	}()
+	addr := <-addrc
+	comeBack := func(name string) (*control.Conn, *control.Welcome) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conn := control.NewConn(c)
+		h := control.Hello{Version: stream.Version, Name: name, DataAddr: "127.0.0.1:1",
+			Resume: &control.Resume{Cast: stream.CastID{7}, Fingerprint: fp, Encoding: "raw", FrameSize: 1 << 20, Pos: 1 << 20}}
+		if err := conn.Send(control.Message{Type: control.MsgHello, Hello: &h}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := conn.Recv(10 * time.Second)
+		if err != nil || m.Type != control.MsgWelcome || !m.Welcome.Resumed {
+			t.Fatalf("%s coming back: %+v, %v; want a welcome that takes it up", name, m, err)
+		}
+		return conn, m.Welcome
+	}
+	ready := func(name string, c *control.Conn) {
+		if err := c.Send(control.Message{Type: control.MsgReady, Ready: &control.Ready{Target: "/dev/null"}}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// nextAssign returns the next assign on c within wait, skipping pings;
+	// nil if none came.
+	nextAssign := func(c *control.Conn, wait time.Duration) *control.Assign {
+		end := time.Now().Add(wait)
+		for time.Now().Before(end) {
+			m, err := c.Recv(time.Until(end))
+			if err != nil {
+				return nil
+			}
+			if m.Type == control.MsgAssign {
+				return m.Assign
+			}
+		}
+		return nil
+	}
+	c1, _ := comeBack("pc01")
+	ready("pc01", c1)
+	c2, w2 := comeBack("pc02")
+	if a := nextAssign(c1, time.Second); a != nil {
+		t.Fatalf("pc01 was assigned %+v before pc02 said ready again", a)
+	}
+	ready("pc02", c2)
+	a := nextAssign(c1, 10*time.Second)
+	if a == nil {
+		t.Fatal("no assign for pc01 after both nodes said ready")
+	}
+	if len(a.Children) != 1 || a.Children[0].Name != "pc02" || !bytes.Equal(a.Children[0].Token, w2.DataToken) {
+		t.Errorf("pc01's assign: %+v; want pc02 as its child, with the token of pc02's welcome", a)
+	}
+	cancel()
+	<-done
+}

@@ -139,8 +139,10 @@ func (s *Server) registerResumed(c *control.Conn, h *control.Hello, r *control.R
 	if n == nil {
 		return nil, false, reason
 	}
-	// It checked its target when it joined the cast it comes from.
-	n.status, n.target, n.pos, n.resumed = stReady, r.Target, r.Pos, true
+	// It checked its target when it joined the cast it comes from, and
+	// says ready again once it has taken this server's welcome: its new
+	// tokens and signing key, which no peer may use before it knows them.
+	n.target, n.pos, n.resumed = r.Target, r.Pos, true
 	if r.Done {
 		n.status, n.digest = stDone, r.Digest
 	}
@@ -258,9 +260,10 @@ func (s *Server) waitForNodes(ctx context.Context) ([]*nodeState, error) {
 		joined := len(s.nodes)
 		answered := 0
 		for _, n := range s.nodes {
-			// A node that came back ready (a restarted server's) counts
-			// once it has its welcome: the cast's first words to it must
-			// not overtake that.
+			// A node that came back (a restarted server's) counts once
+			// it has its welcome and has said ready again: the cast's
+			// first words to it, and its peers' connections, must not
+			// overtake that.
 			if n.status != stJoined && n.welcomed {
 				answered++
 			}

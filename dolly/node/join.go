@@ -66,6 +66,7 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 	if err := c.Send(control.Message{Type: control.MsgReady, Ready: &ready}); err != nil {
 		return nil, err
 	}
+	n.ready = ready
 	go n.ctl.run(ctx)
 	crowds := map[uint64]chan<- control.CrowdProbe{} // crowd probes set up, by id
 	for {

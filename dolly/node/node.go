@@ -114,6 +114,9 @@ type node struct {
 	ctl *session     // the control connection, across lost servers
 
 	welcome control.Welcome
+	// ready is what the node said when it joined; it says it again to a
+	// server it comes back to, once it has taken that server's welcome.
+	ready control.Ready
 	// tokens are this node's from its latest welcome (unkeyed casts): an
 	// upstream must prove it knows the data token, a prober the probe one.
 	tokens atomic.Pointer[tokens]

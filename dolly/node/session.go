@@ -158,6 +158,14 @@ func (s *session) reconnect(ctx context.Context) *control.Conn {
 				n.log.Warn("server does not take this node back as it should", "err", err)
 				break
 			}
+			// A restarted server hands this node's new tokens (and its
+			// signing key) to peers only after this: a peer must not
+			// reach the node before the node knows them.
+			ready := n.ready
+			if err := c.Send(control.Message{Type: control.MsgReady, Ready: &ready}); err != nil {
+				n.log.Warn("rejoining the server failed", "err", err)
+				break
+			}
 			n.log.Info("back with the server", "pos", resume.Pos)
 			return c
 		default:

@@ -166,6 +166,10 @@ func TestNodeFinishesWhileRejoiningTheServer(t *testing.T) {
 	up.(*net.TCPConn).CloseWrite()
 	welcome.Resumed = true
 	srv.send(c2, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
+	// Back, it says ready again, as when it joined.
+	if m := srv.recv(c2, control.MsgReady); m.Ready.Target != target {
+		t.Errorf("ready again with target %q, want %q", m.Ready.Target, target)
+	}
 	if !r.Done {
 		m := srv.recv(c2, control.MsgDone)
 		r.Done, r.Digest = true, m.Done.Digest

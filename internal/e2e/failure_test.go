@@ -192,6 +192,10 @@ func testServerRestart(t *testing.T, keyArgs ...string) {
 	again := c.startServer()
 	began := time.Now()
 	if code := again.wait(t, 2*time.Minute); code != 0 {
+		for i, n := range c.nodes {
+			n.wait(t, time.Minute)
+			t.Logf("pc%02d's output:\n%s", i+1, n.out.String())
+		}
 		t.Fatalf("restarted dolly-server exited %d:\n%s", code, again.out.String())
 	}
 	took := time.Since(began)
