@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 )
 
 // MaxZstdWindow bounds the memory a zstd stream may ask for. Images made
@@ -32,19 +31,10 @@ func newDecoder(enc Encoding, r io.Reader, checked bool) (io.ReadCloser, error) 
 	case Raw:
 		return io.NopCloser(r), nil
 	case Zstd:
-		// RLE blocks reach the decoder as raw ones (rleAsRaw), which it
-		// decodes faster.
-		d, err := zstd.NewReader(newRLEAsRaw(r),
-			// One goroutine: more only adds hand-offs (more CPU per byte)
-			// for little speed, and nodes often share their cores.
-			zstd.WithDecoderConcurrency(1),
-			zstd.WithDecoderMaxWindow(MaxZstdWindow),
-			zstd.WithDecoderLowmem(true),
-			zstd.IgnoreChecksum(!checked))
-		if err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		return zstdReadCloser{d}, nil
+		// Zero frames are handed on as runs of zeros, undecoded, and RLE
+		// blocks reach the decoder as raw ones, which it decodes faster
+		// (zstdStream).
+		return newZstdStream(r, checked)
 	case Gzip:
 		d, err := gzip.NewReader(r)
 		if err != nil {
@@ -53,12 +43,4 @@ func newDecoder(enc Encoding, r io.Reader, checked bool) (io.ReadCloser, error) 
 		return d, nil
 	}
 	return nil, fmt.Errorf("unknown encoding %v", enc)
-}
-
-// zstdReadCloser adapts zstd.Decoder, whose Close returns nothing.
-type zstdReadCloser struct{ *zstd.Decoder }
-
-func (z zstdReadCloser) Close() error {
-	z.Decoder.Close()
-	return nil
 }

@@ -88,10 +88,21 @@ func NewChunkEncoder(enc Encoding) (*ChunkEncoder, error) {
 	return c, nil
 }
 
-// Encode appends src, compressed as a stream of its own, to dst.
-func (c *ChunkEncoder) Encode(dst, src []byte) ([]byte, error) {
+// Encode appends src, the image's bytes at off, compressed as a stream of
+// its own, to dst; eof says src ends the image. In zstd, its runs of
+// zeros (Segments) are zero frames (AppendZstdZeros), which a cast's
+// decoder never decodes, and the data between them frames of their own.
+func (c *ChunkEncoder) Encode(dst, src []byte, off int64, eof bool) ([]byte, error) {
 	if c.z != nil {
-		return c.z.EncodeAll(src, dst), nil
+		Segments(src, off, MinZeroRun, eof, func(s Segment) {
+			p := src[s.Off-off:][:s.Len]
+			if s.Zero {
+				dst = AppendZstdZeros(dst, int64(len(p)))
+			} else {
+				dst = c.z.EncodeAll(p, dst)
+			}
+		})
+		return dst, nil
 	}
 	c.out.Reset()
 	c.gz.Reset(&c.out)
@@ -128,5 +139,9 @@ func EncoderID(enc Encoding) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s fastest in chunks of %d KiB, %s %s", enc, ChunkSize>>10, mod, version)
+	zeros := ""
+	if enc == Zstd {
+		zeros = ", zero runs of " + fmt.Sprint(MinZeroRun>>10) + " KiB up as zero frames"
+	}
+	return fmt.Sprintf("%s fastest in chunks of %d KiB%s, %s %s", enc, ChunkSize>>10, zeros, mod, version)
 }

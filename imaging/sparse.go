@@ -37,6 +37,16 @@ func (s *SparseWriter) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("image stream is longer than the announced %d bytes", s.limit)
 	}
 	n := len(p)
+	if len(s.buf) == 0 && len(p) >= MinZeroRun && s.off%ZeroBlock == 0 {
+		// Nothing pending: the whole blocks are scanned and written where
+		// they lie (a decoder's window), not copied here first; the target
+		// gathers them (directWriter). Only the tail is kept.
+		whole := len(p) - len(p)%ZeroBlock
+		if err := s.flushBytes(p[:whole], false); err != nil {
+			return 0, err
+		}
+		p = p[whole:]
+	}
 	for len(p) > 0 {
 		k := copy(s.buf[len(s.buf):cap(s.buf)], p)
 		s.buf = s.buf[:len(s.buf)+k]
@@ -48,6 +58,70 @@ func (s *SparseWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// WriteZeros takes the next n bytes, all zero, as a run: a zstd stream's
+// zero frame reaches it so (ZeroWriter). Whole blocks of the run join the
+// run of zeros to zero; the rest goes through Write, as any other bytes.
+func (s *SparseWriter) WriteZeros(n int64) error {
+	if s.off+int64(len(s.buf))+n > s.limit {
+		return fmt.Errorf("image stream is longer than the announced %d bytes", s.limit)
+	}
+	if len(s.buf) > 0 {
+		// Up to a block boundary, then out with what is pending, so the
+		// run starts on a boundary with nothing before it unwritten.
+		pad := min(n, (ZeroBlock-(s.off+int64(len(s.buf)))%ZeroBlock)%ZeroBlock)
+		if _, err := s.Write(zeroBlock[:pad]); err != nil {
+			return err
+		}
+		n -= pad
+		if n == 0 {
+			return nil
+		}
+		if len(s.buf) > 0 {
+			if err := s.flush(false); err != nil {
+				return err
+			}
+		}
+	}
+	return s.writeZeroTail(n)
+}
+
+// writeZeroTail takes n zeros at s.off, where nothing is buffered and
+// s.off is on a block boundary.
+func (s *SparseWriter) writeZeroTail(n int64) error {
+	whole := n - n%ZeroBlock
+	if s.off+n == s.limit {
+		whole = n // the image's last block, whole or not
+	}
+	// A short run goes as bytes, unless it goes on with the run before.
+	if whole < MinZeroRun && (s.zeroLen == 0 || s.zeroOff+s.zeroLen != s.off) {
+		return s.writeZeroBytes(n)
+	}
+	if s.zeroLen == 0 {
+		s.zeroOff = s.off
+	}
+	s.zeroLen += whole
+	s.d.WriteZeros(whole)
+	s.off += whole
+	if s.zeroLen >= maxZeroRange {
+		if err := s.flushZeros(); err != nil {
+			return err
+		}
+	}
+	return s.writeZeroBytes(n - whole)
+}
+
+// writeZeroBytes writes n zeros through Write.
+func (s *SparseWriter) writeZeroBytes(n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeroBlock)))
+		if _, err := s.Write(zeroBlock[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // Written is the image offset up to which bytes have reached the target
@@ -74,8 +148,18 @@ func (s *SparseWriter) Close() error {
 const maxZeroRange = 256 << 20
 
 func (s *SparseWriter) flush(eof bool) error {
+	if err := s.flushBytes(s.buf, eof); err != nil {
+		return err
+	}
+	s.buf = s.buf[:0]
+	return nil
+}
+
+// flushBytes writes b, the image's bytes at s.off, and moves s.off past
+// them.
+func (s *SparseWriter) flushBytes(b []byte, eof bool) error {
 	var err error
-	Segments(s.buf, s.off, MinZeroRun, eof, func(seg Segment) {
+	Segments(b, s.off, MinZeroRun, eof, func(seg Segment) {
 		if err != nil {
 			return
 		}
@@ -95,7 +179,7 @@ func (s *SparseWriter) flush(eof bool) error {
 		if err = s.flushZeros(); err != nil {
 			return
 		}
-		p := s.buf[seg.Off-s.off:][:seg.Len]
+		p := b[seg.Off-s.off:][:seg.Len]
 		_, err = s.w.WriteAt(p, seg.Off)
 		s.d.Write(p)
 	})
@@ -105,8 +189,7 @@ func (s *SparseWriter) flush(eof bool) error {
 	if err != nil {
 		return err
 	}
-	s.off += int64(len(s.buf))
-	s.buf = s.buf[:0]
+	s.off += int64(len(b))
 	return nil
 }
 

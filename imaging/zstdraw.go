@@ -35,6 +35,10 @@ type rleAsRaw struct {
 	fillOf  byte // the byte fill holds, when it is not zeroBlock
 	check   bool // the frame ends with a checksum
 	ownFill []byte
+	// single makes the reader end (io.EOF) where the frame it began
+	// ends, so that the decoder reads one frame at a time (zstdStream);
+	// began says a frame has begun.
+	single, began bool
 }
 
 type rleState int
@@ -47,6 +51,11 @@ const (
 
 func newRLEAsRaw(r io.Reader) *rleAsRaw {
 	return &rleAsRaw{src: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// nextFrame makes a reader in single mode hand on the next frame.
+func (z *rleAsRaw) nextFrame() {
+	z.single, z.began = true, false
 }
 
 func (z *rleAsRaw) Read(p []byte) (int, error) {
@@ -82,6 +91,9 @@ func (z *rleAsRaw) Read(p []byte) (int, error) {
 // hand out for it.
 func (z *rleAsRaw) next() error {
 	if z.state == rleFrame {
+		if z.single && z.began {
+			return io.EOF
+		}
 		b, err := z.src.Peek(zstd.HeaderMaxSize)
 		if len(b) == 0 {
 			return err // io.EOF between frames: the stream's end
@@ -99,6 +111,7 @@ func (z *rleAsRaw) next() error {
 		z.src.Discard(h.HeaderSize)
 		z.check = h.HasCheckSum
 		z.state = rleBlock
+		z.began = true
 		return nil
 	}
 

@@ -195,6 +195,7 @@ func FuzzRLEAsRaw(f *testing.F) {
 	f.Add(free)
 	f.Add(encodeAllF(bytes.Repeat([]byte("dolly"), 1000)))
 	f.Add(append(encodeAllF([]byte("a")), free...))
+	f.Add(bytes.Join([][]byte{AppendZstdZeros(nil, 70000), encodeAllF([]byte("dolly")), AppendZstdZeros(nil, 3)}, nil))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		want, wantErr := plainDecode(stream)
 		got, err := ourDecode(stream)

@@ -84,30 +84,23 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	p.Sampled, p.Codec = true, imaging.Zstd
 	buf := make([]byte, profileSample)
 	step := max(im.Size/profileSamples/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
-	var packed bytes.Buffer
+	var packed []byte
 	var parts []tallyPart
 	var sizes []int
-	var reset interface{ Reset(io.Writer) }
 	var failed error
-	// One encoder on one thread (zstd at concurrency 1 encodes on the
-	// caller's), timed by the thread's own clock: other work on the
-	// machine, such as nodes probing as they join, does not count.
+	// One encoder on one thread, timed by the thread's own clock: other
+	// work on the machine, such as nodes probing as they join, does not
+	// count.
 	OnOneThread(func(clock func() time.Duration) {
 		var encoding time.Duration
-		timed := func(f func() error) error {
-			start := clock()
-			err := f()
-			encoding += clock() - start
-			return err
-		}
-		zw, err := imaging.NewEncoder(imaging.Zstd, &packed, 1)
+		ce, err := imaging.NewChunkEncoder(imaging.Zstd)
 		if err != nil {
 			failed = err
 			return
 		}
-		reset, _ = zw.(interface{ Reset(io.Writer) })
-		// Each sample is a frame of its own, so that each piece's factor
-		// is its own data's.
+		// Each sample is compressed as the cast compresses a chunk (its
+		// zero runs as zero frames), in frames of its own, so that each
+		// piece's factor is its own data's.
 		for off := int64(0); off < im.Size; off += step {
 			if err := ctx.Err(); err != nil {
 				failed = err
@@ -118,32 +111,24 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 				failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
 				return
 			}
+			eof := off+int64(n) == im.Size
 			part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
-			imaging.Segments(buf[:n], off, imaging.MinZeroRun, off+int64(n) == im.Size, func(s imaging.Segment) {
+			imaging.Segments(buf[:n], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
 				if s.Zero {
 					part.zero += int64(s.Len)
 				}
 			})
-			before := packed.Len()
-			err = timed(func() error {
-				if _, err := zw.Write(buf[:n]); err != nil || reset == nil {
-					return err
-				}
-				err := zw.Close()
-				reset.Reset(&packed)
-				return err
-			})
+			before := len(packed)
+			start := clock()
+			packed, err = ce.Encode(packed, buf[:n], off, eof)
+			encoding += clock() - start
 			if err != nil {
 				failed = err
 				return
 			}
-			part.packed = int64(packed.Len() - before)
+			part.packed = int64(len(packed) - before)
 			parts, sizes = append(parts, part), append(sizes, n)
 			p.samples = append(p.samples, sample{off: off, len: int64(n), zero: part.zero})
-		}
-		if err := timed(zw.Close); err != nil {
-			failed = err
-			return
 		}
 		var data int64
 		for _, part := range parts {
@@ -166,15 +151,13 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 		p.HoleFraction = float64(holes) / float64(im.Size)
 		p.ZeroFraction = max(p.ZeroFraction, p.HoleFraction)
 	}
-	p.Factor = float64(sampled) / float64(max(packed.Len(), 1))
+	p.Factor = float64(sampled) / float64(max(len(packed), 1))
 	var cpu []time.Duration
-	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed.Bytes(), sizes)
-	if reset != nil { // otherwise one stream: the parts' sizes are not their own
-		for i := range cpu {
-			parts[i].cpu = cpu[i]
-		}
-		p.Pieces = mergePieces(parts)
+	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed, sizes)
+	for i := range cpu {
+		parts[i].cpu = cpu[i]
 	}
+	p.Pieces = mergePieces(parts)
 	return p, nil
 }
 

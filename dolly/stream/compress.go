@@ -34,6 +34,8 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 
 	type chunk struct {
 		raw, out []byte
+		off      int64 // the image offset of raw
+		eof      bool  // raw ends the image
 		err      error
 		done     chan struct{}
 	}
@@ -46,6 +48,7 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 		defer close(todo)
 		defer close(inOrder)
 		d := imaging.NewDigester()
+		var off int64
 		for {
 			var buf []byte
 			select {
@@ -56,7 +59,8 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 			n, err := io.ReadFull(raw, buf)
 			if n > 0 {
 				d.Write(buf[:n])
-				c := &chunk{raw: buf[:n], done: make(chan struct{})}
+				c := &chunk{raw: buf[:n], off: off, eof: err != nil, done: make(chan struct{})}
+				off += int64(n)
 				select {
 				case inOrder <- c:
 				case <-stopped:
@@ -86,7 +90,7 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 				if err != nil {
 					c.err = err
 				} else {
-					c.out, c.err = enc.Encode(nil, c.raw)
+					c.out, c.err = enc.Encode(nil, c.raw, c.off, c.eof)
 				}
 				close(c.done)
 			}

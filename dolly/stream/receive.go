@@ -261,6 +261,17 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// WriteZeros takes a zero frame's run (imaging.ZeroWriter): it is zeroed,
+// never decoded or scanned.
+func (p *progressWriter) WriteZeros(n int64) error {
+	err := p.sw.WriteZeros(n)
+	p.c.Written.Store(p.sw.Written())
+	if err != nil {
+		p.err = err
+	}
+	return err
+}
+
 func (s *decodingSink) frame(f Frame) error {
 	if _, err := s.pw.Write(f.Payload); err != nil {
 		<-s.done
