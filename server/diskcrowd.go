@@ -36,11 +36,10 @@ func sharedDiskMayBind(r capacity.Result) bool {
 }
 
 // diskCrowdSettle is how long after the order to write the window opens:
-// the orders go out one by one, and each node must be writing, its
-// write-behind full, before any counts: 16 MiB each, at a twentyfourth of
-// a disk that takes 4 GB/s from them all, in 0.1 s. diskCrowdWindow is the
-// window: a fifth of a second sums 24 nodes' writes of several megabytes
-// each.
+// the orders go out one by one, and each node must be writing before any
+// counts; each node then also waits for its own write-behind to be full
+// (probe.DiskCrowd.PushFor). diskCrowdWindow is the window: a fifth of a
+// second sums 24 nodes' writes of several megabytes each.
 const (
 	diskCrowdSettle = 100 * time.Millisecond
 	diskCrowdWindow = 200 * time.Millisecond
