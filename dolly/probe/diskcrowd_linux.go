@@ -32,9 +32,10 @@ type DiskCrowd struct {
 	buf    []byte
 	start  int64
 	onDisk atomic.Int64
-	// steady is closed once the writer waits for the disk: its
-	// write-behind is full (through the page cache), or at its first
-	// write (O_DIRECT).
+	// steady is closed once the writer has written as much as its
+	// write-behind holds (through the page cache; at its first write
+	// with O_DIRECT): from then on it writes at the pace the disk
+	// takes, as a cast's writer does.
 	steady     chan struct{}
 	steadyOnce sync.Once
 	// windowCPU is the machine's busy time over PushFor's window.
@@ -101,8 +102,9 @@ func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
 
 // PushFor writes without a pause and counts what reaches the disk over
 // window, from settle on (the time the other nodes of the machine take to
-// start writing too) and once this node's write-behind is full. Before
-// that, the writes fill the page cache faster than the disk empties it,
+// start writing too) and once this node has written what its write-behind
+// holds. Before that, the writes may fill the page cache faster than the
+// disk empties it,
 // and the machine's CPU would be counted against the few bytes on the
 // disk: 24 nodes on one disk of 1.4 GB/s need a quarter of a second to
 // fill theirs. It returns the bytes counted and the time they took, once
@@ -189,6 +191,7 @@ func (c *DiskCrowd) write(stop *atomic.Bool) error {
 func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 	fd := int(c.out.Fd())
 	region := int64(len(c.buf))
+	var wrote int64
 	for off := int64(0); !stop.Load(); off = (off + probeBlock) % region {
 		if _, err := c.out.WriteAt(c.buf[off:off+probeBlock], c.start+off); err != nil {
 			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
@@ -201,9 +204,7 @@ func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 		if err := unix.SyncFileRange(fd, c.start+off, probeBlock, unix.SYNC_FILE_RANGE_WRITE); err != nil {
 			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
 		}
-		if len(flight) == cap(flight) {
-			// The write-behind is full: from here on the writer keeps
-			// pace with the disk, as a cast's does.
+		if wrote += probeBlock; wrote >= diskCrowdLag {
 			c.steadyOnce.Do(func() { close(c.steady) })
 		}
 		flight <- c.start + off

@@ -51,6 +51,13 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 			if n <= 0 || took < window {
 				t.Fatalf("counted %d bytes on the disk in %v, want some in at least %v", n, took, window)
 			}
+			// It counted from where the writer kept pace with the disk,
+			// not while it was filling its write-behind.
+			select {
+			case <-c.steady:
+			default:
+				t.Error("the window opened before the writer was steady")
+			}
 			// The machine was busy writing: its time over the window shows.
 			if cpu := c.WindowCPU(); cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
 				t.Errorf("the machine's busy time over the window: %v, want some, at most every core's for %v", cpu, took)
