@@ -96,17 +96,18 @@ type readerAtFunc func(p []byte, off int64) (int, error)
 
 func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
-// RLEBytes is how many of a zstd image's raw bytes decode from RLE blocks
-// (ZstdRLEBytes); 0 for other encodings.
-func (im *Image) RLEBytes() (int64, error) {
+// RLEBytes is how many of a zstd image's raw bytes a decoder fills from
+// RLE blocks, and how many of them a cast's decoder skips (ZstdRLEBytes);
+// 0 for other encodings.
+func (im *Image) RLEBytes() (rle, skipped int64, err error) {
 	if im.Encoding != Zstd {
-		return 0, nil
+		return 0, 0, nil
 	}
-	n, err := ZstdRLEBytes(im.f, im.StreamSize)
+	rle, skipped, err = ZstdRLEBytes(im.f, im.StreamSize)
 	if err != nil {
-		return 0, fmt.Errorf("image %s: %w", im.Path, err)
+		return 0, 0, fmt.Errorf("image %s: %w", im.Path, err)
 	}
-	return n, nil
+	return rle, skipped, nil
 }
 
 // Close closes the image file.

@@ -21,35 +21,43 @@ const zstdMaxBlock = 128 << 10
 
 // ZstdRLEBytes walks the frames and block headers of the zstd stream of
 // size bytes in r and returns how many of its decoded bytes come from RLE
-// blocks, blocks of one byte repeated. zstd's own tool writes one for
-// every 128 KiB of zeros, so a filesystem's free space decodes from them;
-// they cost a decoder a byte-by-byte fill, which runs at different speeds
-// in different programs, unlike the rest of the stream. Only the headers
-// are read.
-func ZstdRLEBytes(r io.ReaderAt, size int64) (int64, error) {
-	var rle, pos int64
-	buf := make([]byte, zstd.HeaderMaxSize)
+// blocks, blocks of one byte repeated, that a decoder fills. zstd's own
+// tool writes one for every 128 KiB of zeros, so a filesystem's free space
+// decodes from them; they cost a decoder a byte-by-byte fill, which runs
+// at different speeds in different programs, unlike the rest of the
+// stream. Of them, skipped is what a cast's decoder hands on as zeros
+// without the decoder (skipZeros); zero frames (AppendZstdZeros) no
+// decoder reads, and count in neither. Only the headers are read.
+func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
+	var pos int64
+	buf := make([]byte, max(zstd.HeaderMaxSize, zstdZeroHeaderLen+4*((ZstdZeroFrameMax+zstdMaxBlock-1)/zstdMaxBlock)))
 	for pos < size {
 		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
 		if n == 0 {
-			return 0, fmt.Errorf("reading a frame header at %d: %w", pos, err)
+			return 0, 0, fmt.Errorf("reading a frame header at %d: %w", pos, err)
+		}
+		if fsize, _, ok := zstdZeroFrameLen(buf[:n]); ok && fsize <= n && isZstdZeroFrame(buf[:fsize], int64(binary.LittleEndian.Uint32(buf[5:]))) {
+			pos += int64(fsize)
+			continue
 		}
 		var h zstd.Header
-		if err := h.Decode(buf[:n]); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, fmt.Errorf("frame at %d: %w", pos, err)
+		if err := h.Decode(buf[:min(n, zstd.HeaderMaxSize)]); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, 0, fmt.Errorf("frame at %d: %w", pos, err)
 		}
 		if h.HeaderSize == 0 {
-			return 0, fmt.Errorf("frame at %d: truncated header", pos)
+			return 0, 0, fmt.Errorf("frame at %d: truncated header", pos)
 		}
+		_, dropped := withoutContentSize(buf[:h.HeaderSize])
 		pos += int64(h.HeaderSize)
 		if h.Skippable {
 			pos += int64(h.SkippableSize)
 			continue
 		}
+		var zeroRun int64 // as the stream decoder counts it
 		for last := false; !last; {
-			var b [3]byte
-			if _, err := r.ReadAt(b[:], pos); err != nil {
-				return 0, fmt.Errorf("reading a block header at %d: %w", pos, err)
+			var b [4]byte
+			if _, err := r.ReadAt(b[:3], pos); err != nil {
+				return 0, 0, fmt.Errorf("reading a block header at %d: %w", pos, err)
 			}
 			head := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
 			last = head&1 == 1
@@ -58,11 +66,23 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (int64, error) {
 			switch (head >> 1) & 3 {
 			case zstdBlockRaw, zstdBlockCompressed:
 				pos += bsize
+				zeroRun = 0
 			case zstdBlockRLE:
+				if _, err := r.ReadAt(b[3:], pos); err != nil {
+					return 0, 0, fmt.Errorf("reading an RLE block at %d: %w", pos, err)
+				}
 				pos++
 				rle += bsize
+				switch {
+				case b[3] != 0:
+					zeroRun = 0
+				case dropped && !last && zeroRun >= int64(h.WindowSize) && bsize <= zstdMaxBlock:
+					skipped += bsize
+				default:
+					zeroRun += bsize
+				}
 			default:
-				return 0, fmt.Errorf("block at %d: reserved block type", pos-3)
+				return 0, 0, fmt.Errorf("block at %d: reserved block type", pos-3)
 			}
 		}
 		if h.HasCheckSum {
@@ -70,9 +90,9 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (int64, error) {
 		}
 	}
 	if pos > size {
-		return 0, fmt.Errorf("the stream ends inside a frame (%d of %d bytes)", size, pos)
+		return 0, 0, fmt.Errorf("the stream ends inside a frame (%d of %d bytes)", size, pos)
 	}
-	return rle, nil
+	return rle, skipped, nil
 }
 
 // ZstdRLEStream returns a zstd stream of size zero bytes (rounded up to

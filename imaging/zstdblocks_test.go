@@ -38,20 +38,26 @@ func TestZstdRLEBytes(t *testing.T) {
 	}
 	// A skippable frame: magic 0x184D2A50, its size, its payload.
 	skippable := []byte{0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3}
+	const w = 128 << 10
+	deep, _ := windowFrame(1000, -w, -w, -w, 9, -w, -w, -4096, -w)
 	for _, tc := range []struct {
-		name   string
-		stream []byte
-		want   int64
-		err    string
+		name          string
+		stream        []byte
+		want, skipped int64
+		err           string
 	}{
-		{"RLE blocks only", rle, 512 << 10, ""},
-		{"no RLE blocks", packed.Bytes(), 0, ""},
-		{"frames one after another", concat(packed.Bytes(), rle, skippable, rle), 1 << 20, ""},
-		{"truncated in a block", rle[:len(rle)-5], 0, "block header"},
-		{"not zstd", []byte(strings.Repeat("not a zstd frame", 4)), 0, "frame at 0"},
+		// A window of 128 KiB: after the first block of zeros, all but
+		// the last are skipped.
+		{"RLE blocks only", rle, 512 << 10, 256 << 10, ""},
+		{"no RLE blocks", packed.Bytes(), 0, 0, ""},
+		{"frames one after another", concat(packed.Bytes(), rle, skippable, rle), 1 << 20, 512 << 10, ""},
+		{"runs of zeros with data between", deep, 6*w + 4096, 3*w + 4096, ""},
+		{"zero frames: no decoder reads them", concat(AppendZstdZeros(nil, 5<<20), rle), 512 << 10, 256 << 10, ""},
+		{"truncated in a block", rle[:len(rle)-5], 0, 0, "reading an RLE block"},
+		{"not zstd", []byte(strings.Repeat("not a zstd frame", 4)), 0, 0, "frame at 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ZstdRLEBytes(bytes.NewReader(tc.stream), int64(len(tc.stream)))
+			got, skipped, err := ZstdRLEBytes(bytes.NewReader(tc.stream), int64(len(tc.stream)))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one about %q", err, tc.err)
@@ -61,11 +67,39 @@ func TestZstdRLEBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
-				t.Errorf("%d bytes from RLE blocks, want %d", got, tc.want)
+			if got != tc.want || skipped != tc.skipped {
+				t.Errorf("%d bytes from RLE blocks, %d of them skipped; want %d, %d skipped", got, skipped, tc.want, tc.skipped)
+			}
+			// What the stream decoder skips, counted as it goes.
+			d, err := NewStreamDecoder(Zstd, bytes.NewReader(tc.stream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rw runWriter
+			if _, err := io.Copy(&rw, d); err != nil {
+				t.Fatal(err)
+			}
+			var frames int64
+			for _, r := range rw.runs {
+				frames += r
+			}
+			if frames-zeroFrameBytes(tc.stream) != tc.skipped {
+				t.Errorf("the stream decoder skipped %d bytes of RLE blocks, the walk says %d", frames-zeroFrameBytes(tc.stream), tc.skipped)
 			}
 		})
 	}
 }
 
 func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// zeroFrameBytes is what the zero frames at the start of stream stand for.
+func zeroFrameBytes(stream []byte) (n int64) {
+	for {
+		size, run, ok := zstdZeroFrameLen(stream)
+		if !ok || size > len(stream) || !isZstdZeroFrame(stream[:size], run) {
+			return n
+		}
+		n += run
+		stream = stream[size:]
+	}
+}

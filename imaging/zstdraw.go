@@ -39,6 +39,13 @@ type rleAsRaw struct {
 	// ends, so that the decoder reads one frame at a time (zstdStream);
 	// began says a frame has begun.
 	single, began bool
+
+	// With emit set, RLE blocks of zero deep in a run of zeros never
+	// reach the decoder (see skipZeros): emit hands them on instead.
+	emit    func(n int64) error
+	window  int64 // the frame's window, if its zeros may be skipped (0: not)
+	zeroRun int64 // zeros the decoder has had in a row, up to now
+	skipped int64 // zeros skipped, not yet emitted
 }
 
 type rleState int
@@ -108,6 +115,12 @@ func (z *rleAsRaw) next() error {
 			return nil
 		}
 		z.pending = z.head[:copy(z.head[:], b[:h.HeaderSize])]
+		z.window, z.zeroRun = 0, 0
+		if z.emit != nil {
+			if head, ok := withoutContentSize(z.pending); ok {
+				z.pending, z.window = head, int64(h.WindowSize)
+			}
+		}
 		z.src.Discard(h.HeaderSize)
 		z.check = h.HasCheckSum
 		z.state = rleBlock
@@ -122,10 +135,31 @@ func (z *rleAsRaw) next() error {
 	}
 	head := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
 	size := int64(head >> 3)
-	if head&1 == 1 { // the frame's last block
+	last := head&1 == 1
+	kind := (head >> 1) & 3
+	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 && !last && z.window > 0 && z.zeroRun >= z.window && size <= zstdMaxBlock {
+		z.skipped += size
+		z.src.Discard(4)
+		return nil
+	}
+	if z.skipped > 0 {
+		// The decoder has written all it decoded before this block
+		// (it reads a block only once the last one is out).
+		n := z.skipped
+		z.skipped = 0
+		if err := z.emit(n); err != nil {
+			return err
+		}
+	}
+	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 {
+		z.zeroRun += size
+	} else {
+		z.zeroRun = 0
+	}
+	if last {
 		z.state = rleFrame
 	}
-	switch (head >> 1) & 3 {
+	switch kind {
 	case zstdBlockRaw, zstdBlockCompressed:
 		z.copyN = 3 + size
 	case zstdBlockRLE:
@@ -165,4 +199,33 @@ func (z *rleAsRaw) setFill(v byte) {
 	}
 	z.fillOf = v
 	z.fill = z.ownFill
+}
+
+// skipZeros: a stored image compressed by zstd's tool is one frame, whose
+// free space is RLE blocks of zero; decoding them still costs a copy into
+// the decoder's window and out of it, and a scan. Once the decoder has had
+// a whole window of zeros in a row, its window holds nothing but zeros,
+// and more zeros leave it as it is (RLE and raw blocks change no other
+// state of the decoder), so they need not reach it: the reader hands them
+// on through emit, in place, for they come between two blocks, and the
+// decoder writes out a block before it reads the next. The frame's last
+// block always reaches it, and the frame's content size goes from its
+// header (the decoder would find the frame short); its checksum, if any,
+// is then not checked, which a stream decoder does not anyway.
+
+// withoutContentSize returns the frame header head without its content
+// size; false for a frame of a single segment, whose window is its size.
+func withoutContentSize(head []byte) ([]byte, bool) {
+	if len(head) < 6 || head[4]&0x20 != 0 {
+		return nil, false
+	}
+	fhd := head[4]
+	dictLen := [4]int{0, 1, 2, 4}[fhd&3]
+	sizeLen := [4]int{0, 2, 4, 8}[fhd>>6]
+	if len(head) != 6+dictLen+sizeLen {
+		return nil, false
+	}
+	out := append(head[:0:0], head[:4]...)
+	out = append(out, fhd&^0xc0, head[5])
+	return append(out, head[6:6+dictLen]...), true
 }

@@ -103,7 +103,7 @@ func TestRLEAsRawDecodesAlike(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rle, err := ZstdRLEBytes(bytes.NewReader(rewritten), int64(len(rewritten)))
+			rle, _, err := ZstdRLEBytes(bytes.NewReader(rewritten), int64(len(rewritten)))
 			if err != nil {
 				t.Fatalf("the rewritten stream: %v", err)
 			}
@@ -139,7 +139,7 @@ func TestRLEAsRawOnZstdsOwnImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rle, err := ZstdRLEBytes(bytes.NewReader(stream), int64(len(stream)))
+	rle, _, err := ZstdRLEBytes(bytes.NewReader(stream), int64(len(stream)))
 	if err != nil || rle < 4<<20 {
 		t.Fatalf("zstd's tool wrote %d bytes as RLE blocks (%v); the test needs its free space so", rle, err)
 	}
@@ -196,6 +196,8 @@ func FuzzRLEAsRaw(f *testing.F) {
 	f.Add(encodeAllF(bytes.Repeat([]byte("dolly"), 1000)))
 	f.Add(append(encodeAllF([]byte("a")), free...))
 	f.Add(bytes.Join([][]byte{AppendZstdZeros(nil, 70000), encodeAllF([]byte("dolly")), AppendZstdZeros(nil, 3)}, nil))
+	deep, _ := windowFrame(100, -128<<10, -128<<10, -4096, 9, -128<<10)
+	f.Add(deep)
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		want, wantErr := plainDecode(stream)
 		got, err := ourDecode(stream)
@@ -204,6 +206,20 @@ func FuzzRLEAsRaw(f *testing.F) {
 		}
 		if err == nil && !bytes.Equal(got, want) {
 			t.Fatalf("decoded %d bytes unlike the %d as it is", len(got), len(want))
+		}
+		// As a node decodes (WriteTo, zeros deep in a run skipped): what
+		// decodes as it is decodes alike. It checks neither the content
+		// size nor the checksum, which the cast's digest stands for.
+		if wantErr != nil {
+			return
+		}
+		d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w runWriter
+		if _, err := io.Copy(&w, d); err != nil || !bytes.Equal(w.b, want) {
+			t.Fatalf("as a node decodes: %d bytes, %v; as it is: %d", len(w.b), err, len(want))
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 // (rleAsRaw). Decoding one frame at a time keeps the runs in their place
 // between the decoded bytes whatever the decoder reads ahead.
 type zstdStream struct {
+	checked bool // the frames' checksums are checked
 	src     *bufio.Reader
 	rle     *rleAsRaw // over src, one frame at a time
 	dec     *zstd.Decoder
@@ -35,7 +36,7 @@ func newZstdStream(r io.Reader, checked bool) (*zstdStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	return &zstdStream{src: src, rle: newRLEAsRaw(src), dec: dec}, nil
+	return &zstdStream{checked: checked, src: src, rle: newRLEAsRaw(src), dec: dec}, nil
 }
 
 // next moves to the next frame: it returns the run of a zero frame, or 0
@@ -125,13 +126,30 @@ func (z *zstdStream) WriteTo(w io.Writer) (int64, error) {
 			total += run
 			continue
 		}
-		n, err := z.dec.WriteTo(w)
+		n, err := z.decodeFrameTo(w)
 		total += n
 		z.inFrame = false
 		if err != nil {
 			return total, err
 		}
 	}
+}
+
+// decodeFrameTo decodes the frame the decoder is on to w. Unless it checks
+// checksums, the zeros deep in a run of them go past the decoder
+// (skipZeros).
+func (z *zstdStream) decodeFrameTo(w io.Writer) (int64, error) {
+	if z.checked {
+		return z.dec.WriteTo(w)
+	}
+	var zeros int64
+	z.rle.emit = func(n int64) error {
+		zeros += n
+		return writeZeroRun(w, n)
+	}
+	defer func() { z.rle.emit = nil }()
+	n, err := z.dec.WriteTo(w)
+	return n + zeros, err
 }
 
 func (z *zstdStream) Close() error {

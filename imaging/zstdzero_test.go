@@ -3,8 +3,11 @@ package imaging
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -191,5 +194,118 @@ func TestChunkEncoderZeroRuns(t *testing.T) {
 	}
 	if !bytes.Equal(w.b, chunk) || w.zeros() != zeros {
 		t.Fatalf("the stream decoder gives %d bytes, %d as runs; want the chunk with %d as runs", len(w.b), w.zeros(), zeros)
+	}
+}
+
+// windowFrame is a frame with a window of 128 KiB and a content size, of
+// the given blocks: a positive size is a raw block of that many bytes of
+// data, a negative one an RLE block of that many zeros.
+func windowFrame(blocks ...int) ([]byte, []byte) {
+	var raw []byte
+	var size int
+	for _, b := range blocks {
+		size += max(b, -b)
+	}
+	f := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x80, 7 << 3}
+	f = binary.LittleEndian.AppendUint32(f, uint32(size))
+	for i, b := range blocks {
+		last := uint32(0)
+		if i == len(blocks)-1 {
+			last = 1
+		}
+		if b > 0 {
+			data := make([]byte, b)
+			mixedData(data)
+			raw = append(raw, data...)
+			head := uint32(b)<<3 | zstdBlockRaw<<1 | last
+			f = append(append(f, byte(head), byte(head>>8), byte(head>>16)), data...)
+			continue
+		}
+		raw = append(raw, make([]byte, -b)...)
+		head := uint32(-b)<<3 | zstdBlockRLE<<1 | last
+		f = append(f, byte(head), byte(head>>8), byte(head>>16), 0)
+	}
+	return f, raw
+}
+
+// TestStreamDecoderSkipsDeepZeros: once the decoder's window is all
+// zeros, a stream decoder hands further RLE blocks of zero on as runs, in
+// place, without the decoder; the frame's last block still goes through
+// it, and the output is the frame's, however it is read.
+func TestStreamDecoderSkipsDeepZeros(t *testing.T) {
+	const w = 128 << 10
+	frame, raw := windowFrame(1000, -w, -w, -w, -w, 5000, -w, -w/2, -w, 77, -w, -w, -w)
+	if got, err := plainDecode(frame); err != nil || !bytes.Equal(got, raw) {
+		t.Fatalf("the frame decodes as it is to %d bytes, %v", len(got), err)
+	}
+	d, err := NewStreamDecoder(Zstd, bytes.NewReader(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rw runWriter
+	if _, err := io.Copy(&rw, d); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(rw.b, raw) {
+		t.Fatalf("the stream decoder gives %d bytes unlike the frame's %d", len(rw.b), len(raw))
+	}
+	// Skipped: 3 blocks after the first window of zeros; w/2 and w after
+	// the next first window; 1 before the last block.
+	if want := []int64{3 * w, w/2 + w, w}; !slicesEqual(rw.runs, want) {
+		t.Errorf("runs handed on: %v, want %v", rw.runs, want)
+	}
+	for _, open := range []func(Encoding, io.Reader) (io.ReadCloser, error){NewStreamDecoder, NewDecoder} {
+		d, err := open(Zstd, bytes.NewReader(frame))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(d) // Read: nothing skipped
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("Read gives %d bytes, %v; want the frame's %d", len(got), err, len(raw))
+		}
+	}
+}
+
+// TestStreamDecoderSkipsDeepZerosOfZstdsTool decodes what zstd's tool
+// writes of an image whose data after a long run of free space matches
+// into it.
+func TestStreamDecoderSkipsDeepZerosOfZstdsTool(t *testing.T) {
+	tool, err := exec.LookPath("zstd")
+	if err != nil {
+		t.Skip("needs zstd's tool (apt-get install zstd)")
+	}
+	raw := make([]byte, 40<<20)
+	mixedData(raw[:2<<20])
+	for off := 30 << 20; off < 34<<20; off += 8192 {
+		mixedData(raw[off : off+3000]) // data with short gaps of zeros
+	}
+	copy(raw[36<<20:], raw[:1<<20])
+	in := filepath.Join(t.TempDir(), "part.img")
+	if err := os.WriteFile(in, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []string{"-1", "-3", "-19"} {
+		if out, err := exec.Command(tool, "-q", "-f", level, in, "-o", in+".zst").CombinedOutput(); err != nil {
+			t.Fatalf("zstd: %v: %s", err, out)
+		}
+		stream, err := os.ReadFile(in + ".zst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rw runWriter
+		if _, err := io.Copy(&rw, d); err != nil {
+			t.Fatalf("zstd %s: %v", level, err)
+		}
+		if sha256.Sum256(rw.b) != sha256.Sum256(raw) {
+			t.Fatalf("zstd %s: decoded %d bytes unlike the image", level, len(rw.b))
+		}
+		if rw.zeros() < 20<<20 {
+			t.Errorf("zstd %s: only %d bytes of zeros went past the decoder", level, rw.zeros())
+		}
+		t.Logf("zstd %s: %d of %d bytes went past the decoder as zeros", level, rw.zeros(), len(raw))
 	}
 }

@@ -107,6 +107,9 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 		note := fmt.Sprintf("this image decodes at %.2f× the speed of the standard sample (%s MB/s per core here)", f, mbps(s.profile.DecodeRate))
 		if q := s.profile.RLEFraction; q > 0 {
 			note += fmt.Sprintf("; %.0f%% of it from RLE blocks (%.2f× the sample's speed here), which each node decodes at the speed it measured for them", 100*q, s.profile.RLEFactor)
+			if k := s.profile.RLESkipped; k > 0 {
+				note += fmt.Sprintf(", but for the %.0f%% of the image deep in runs of zeros, which no node decodes", 100*k)
+			}
 		}
 		notes = append(notes, note)
 	}
@@ -467,7 +470,7 @@ func ImageDecode(net *capacity.Network, codec string, p probe.Profile) {
 			continue
 		}
 		scaled := maps.Clone(cpu.Decompress)
-		scaled[codec] = decodeRate(v, cpu.DecompressRLE, f, p.RLEFraction, p.RLEFactor)
+		scaled[codec] = decodeRate(v, cpu.DecompressRLE, f, p.RLEFraction, p.RLEFactor, p.RLESkipped)
 		net.Hosts[i].Resources.CPU.Decompress = scaled
 	}
 }
@@ -477,13 +480,19 @@ func ImageDecode(net *capacity.Network, codec string, p probe.Profile) {
 // times the sample's rate, and a share q of it from RLE blocks, which
 // decode here at rleFactor times the sample's rate. In units of the
 // sample's cost a byte of the image costs 1/factor here: q/rleFactor for
-// its RLE blocks, the rest for its data, which costs the host alike.
-func decodeRate(sample, rle, factor, q, rleFactor float64) float64 {
-	if !(q > 0) || !(rleFactor > 0) || !(rle > 0) || q > 1 {
+// its RLE blocks, the rest for its data, which costs the host alike. The
+// share skipped of the RLE blocks' bytes a node never decodes.
+func decodeRate(sample, rle, factor, q, rleFactor, skipped float64) float64 {
+	if !(q > 0) || !(rleFactor > 0) || q > 1 {
 		return sample * factor
 	}
 	data := max(0, 1/factor-q/rleFactor)
-	return sample / (data + q*sample/rle)
+	filled := max(0, q-max(0, skipped))
+	if !(rle > 0) {
+		// No figure of the host's own for RLE blocks: this machine's.
+		return sample / (data + filled/rleFactor)
+	}
+	return sample / (data + filled*sample/rle)
 }
 
 // withMeasuredLink lowers a probe's link speed to what a bandwidth probe

@@ -12,23 +12,27 @@ import (
 func TestDecodeRateSwapsTheRLEFill(t *testing.T) {
 	const sample = 2000e6
 	for _, tc := range []struct {
-		name                     string
-		rle, factor, q, rleShare float64
-		want                     float64
+		name                              string
+		rle, factor, q, rleShare, skipped float64
+		want                              float64
 	}{
-		{"no RLE blocks: the factor", 1000e6, 1.1, 0, 0, 2200e6},
-		{"the host's fill not measured: the factor", 0, 1.1, 0.6, 1.5, 2200e6},
+		{"no RLE blocks: the factor", 1000e6, 1.1, 0, 0, 0, 2200e6},
+		{"the host's fill not measured: the factor", 0, 1.1, 0.6, 1.5, 0, 2200e6},
 		// A host that fills as fast, against its sample, as the server
 		// did decodes the image at the server's factor.
-		{"a host that fills as the server does", 3000e6, 1.1, 0.6, 1.5, 2200e6},
+		{"a host that fills as the server does", 3000e6, 1.1, 0.6, 1.5, 0, 2200e6},
 		// Data: 1/1.1 - 0.6/1.5 = 0.509 of the sample's cost a byte; RLE
 		// blocks: 0.6 * 2000/1000 = 1.2.
-		{"a host that fills at half the server's speed", 1000e6, 1.1, 0.6, 1.5, sample / (1/1.1 - 0.4 + 1.2)},
-		{"an image all RLE blocks", 1000e6, 1.5, 1, 1.5, 1000e6},
-		{"an RLE share past the image's cost counts its data as free", 1000e6, 1.1, 0.9, 0.5, sample / (0.9 * 2)},
+		{"a host that fills at half the server's speed", 1000e6, 1.1, 0.6, 1.5, 0, sample / (1/1.1 - 0.4 + 1.2)},
+		{"an image all RLE blocks", 1000e6, 1.5, 1, 1.5, 0, 1000e6},
+		{"an RLE share past the image's cost counts its data as free", 1000e6, 1.1, 0.9, 0.5, 0, sample / (0.9 * 2)},
+		// Of the 0.6 from RLE blocks, 0.5 is deep in runs of zeros: only
+		// 0.1 is filled, at 2000/1000 the sample's cost.
+		{"zeros deep in runs cost nothing", 1000e6, 1.1, 0.6, 1.5, 0.5, sample / (1/1.1 - 0.4 + 0.2)},
+		{"and with no fill figure of the host's", 0, 1.1, 0.6, 1.5, 0.5, sample / (1/1.1 - 0.4 + 0.1/1.5)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decodeRate(sample, tc.rle, tc.factor, tc.q, tc.rleShare)
+			got := decodeRate(sample, tc.rle, tc.factor, tc.q, tc.rleShare, tc.skipped)
 			if math.Abs(got-tc.want) > 1e-6*tc.want {
 				t.Errorf("decodeRate = %.0f, want %.0f", got, tc.want)
 			}

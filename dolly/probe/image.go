@@ -45,6 +45,11 @@ type Profile struct {
 	// takes the image's cost with its own figure for them in place of
 	// this machine's.
 	RLEFraction, RLEFactor float64
+	// RLESkipped is the share of the image's raw bytes, among those of
+	// RLEFraction, that a node's decoder hands on as zeros without
+	// filling them (zeros deep in a run of free space): they cost a node
+	// nothing to decode.
+	RLESkipped float64
 	// EncodeRate is how many bytes of a raw image's data one core of this
 	// machine compresses per second, as the source would on the fly, its
 	// zero runs' (small) cost counted with the data's; 0 for a compressed
@@ -167,9 +172,9 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	// The frames' headers tell the RLE blocks' share before the scan; a
 	// stream whose headers cannot be walked fails the scan itself, or its
 	// decoding is timed as a whole.
-	rle, rerr := im.RLEBytes()
+	rle, skipped, rerr := im.RLEBytes()
 	if rerr != nil {
-		rle = 0
+		rle, skipped = 0, 0
 	}
 	var err error
 	w := &scanWatch{tally: pieceTally{span: tallySpan}}
@@ -192,6 +197,7 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	}
 	if f := w.gauge.rleFactor(); f > 0 && rle > 0 && rle <= im.Size {
 		p.RLEFraction, p.RLEFactor = float64(rle)/float64(im.Size), f
+		p.RLESkipped = float64(skipped) / float64(im.Size)
 	}
 	return p, nil
 }
