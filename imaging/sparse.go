@@ -96,7 +96,7 @@ func (s *SparseWriter) writeZeroTail(n int64) error {
 	}
 	// A short run goes as bytes, unless it goes on with the run before.
 	if whole < MinZeroRun && (s.zeroLen == 0 || s.zeroOff+s.zeroLen != s.off) {
-		return s.writeZeroBytes(n)
+		return writeZeroBytes(s, n)
 	}
 	if s.zeroLen == 0 {
 		s.zeroOff = s.off
@@ -109,19 +109,7 @@ func (s *SparseWriter) writeZeroTail(n int64) error {
 			return err
 		}
 	}
-	return s.writeZeroBytes(n - whole)
-}
-
-// writeZeroBytes writes n zeros through Write.
-func (s *SparseWriter) writeZeroBytes(n int64) error {
-	for n > 0 {
-		k := min(n, int64(len(zeroBlock)))
-		if _, err := s.Write(zeroBlock[:k]); err != nil {
-			return err
-		}
-		n -= k
-	}
-	return nil
+	return writeZeroBytes(s, n-whole)
 }
 
 // Written is the image offset up to which bytes have reached the target

@@ -71,14 +71,7 @@ func TestZstdRLEBytes(t *testing.T) {
 				t.Errorf("%d bytes from RLE blocks, %d of them skipped; want %d, %d skipped", got, skipped, tc.want, tc.skipped)
 			}
 			// What the stream decoder skips, counted as it goes.
-			d, err := NewStreamDecoder(Zstd, bytes.NewReader(tc.stream))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rw runWriter
-			if _, err := io.Copy(&rw, d); err != nil {
-				t.Fatal(err)
-			}
+			rw := nodeDecode(t, tc.stream)
 			var frames int64
 			for _, r := range rw.runs {
 				frames += r

@@ -92,6 +92,11 @@ func writeZeroRun(w io.Writer, n int64) error {
 	if zw, ok := w.(ZeroWriter); ok {
 		return zw.WriteZeros(n)
 	}
+	return writeZeroBytes(w, n)
+}
+
+// writeZeroBytes writes n zeros to w as bytes.
+func writeZeroBytes(w io.Writer, n int64) error {
 	for n > 0 {
 		k := min(n, int64(len(zeroBlock)))
 		if _, err := w.Write(zeroBlock[:k]); err != nil {

@@ -55,14 +55,7 @@ func TestZstdZeroFrames(t *testing.T) {
 				t.Fatalf("%d zeros: zstd -d gives %d bytes, %v", n, len(got), err)
 			}
 		}
-		d, err := NewStreamDecoder(Zstd, bytes.NewReader(frame))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var w runWriter
-		if _, err := io.Copy(&w, d); err != nil {
-			t.Fatal(err)
-		}
+		w := nodeDecode(t, frame)
 		if !bytes.Equal(w.b, want) || w.zeros() != n {
 			t.Fatalf("%d zeros: the stream decoder gives %d bytes, %d of them as runs %v", n, len(w.b), w.zeros(), w.runs)
 		}
@@ -102,14 +95,7 @@ func TestZstdStreamKeepsRunsInPlace(t *testing.T) {
 	if !bytes.Contains(want, bytes.Repeat([]byte{1}, 1000)) {
 		t.Fatal("the altered zero frame does not decode to ones")
 	}
-	d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var w runWriter
-	if _, err := io.Copy(&w, d); err != nil {
-		t.Fatal(err)
-	}
+	w := nodeDecode(t, stream)
 	if sha256.Sum256(w.b) != sha256.Sum256(want) {
 		t.Fatalf("WriteTo gives %d bytes unlike the %d of the stream as it is", len(w.b), len(want))
 	}
@@ -117,7 +103,7 @@ func TestZstdStreamKeepsRunsInPlace(t *testing.T) {
 		t.Errorf("runs handed on: %v, want %v", w.runs, runs)
 	}
 
-	d, err = NewStreamDecoder(Zstd, bytes.NewReader(stream))
+	d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +122,20 @@ func TestZstdStreamKeepsRunsInPlace(t *testing.T) {
 	if sha256.Sum256(got) != sha256.Sum256(want) {
 		t.Fatalf("Read gives %d bytes unlike the %d of the stream as it is", len(got), len(want))
 	}
+}
+
+// nodeDecode decodes stream as a node does: WriteTo a ZeroWriter.
+func nodeDecode(t *testing.T, stream []byte) *runWriter {
+	t.Helper()
+	d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w runWriter
+	if _, err := io.Copy(&w, d); err != nil {
+		t.Fatal(err)
+	}
+	return &w
 }
 
 func slicesEqual(a, b []int64) bool {
@@ -184,14 +184,7 @@ func TestChunkEncoderZeroRuns(t *testing.T) {
 	if got, err := plainDecode(out); err != nil || !bytes.Equal(got, chunk) {
 		t.Fatalf("decoded as it is: %d bytes, %v", len(got), err)
 	}
-	d, err := NewStreamDecoder(Zstd, bytes.NewReader(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var w runWriter
-	if _, err := io.Copy(&w, d); err != nil {
-		t.Fatal(err)
-	}
+	w := nodeDecode(t, out)
 	if !bytes.Equal(w.b, chunk) || w.zeros() != zeros {
 		t.Fatalf("the stream decoder gives %d bytes, %d as runs; want the chunk with %d as runs", len(w.b), w.zeros(), zeros)
 	}
@@ -238,14 +231,7 @@ func TestStreamDecoderSkipsDeepZeros(t *testing.T) {
 	if got, err := plainDecode(frame); err != nil || !bytes.Equal(got, raw) {
 		t.Fatalf("the frame decodes as it is to %d bytes, %v", len(got), err)
 	}
-	d, err := NewStreamDecoder(Zstd, bytes.NewReader(frame))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rw runWriter
-	if _, err := io.Copy(&rw, d); err != nil {
-		t.Fatal(err)
-	}
+	rw := nodeDecode(t, frame)
 	if !bytes.Equal(rw.b, raw) {
 		t.Fatalf("the stream decoder gives %d bytes unlike the frame's %d", len(rw.b), len(raw))
 	}
@@ -292,14 +278,7 @@ func TestStreamDecoderSkipsDeepZerosOfZstdsTool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := NewStreamDecoder(Zstd, bytes.NewReader(stream))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rw runWriter
-		if _, err := io.Copy(&rw, d); err != nil {
-			t.Fatalf("zstd %s: %v", level, err)
-		}
+		rw := nodeDecode(t, stream)
 		if sha256.Sum256(rw.b) != sha256.Sum256(raw) {
 			t.Fatalf("zstd %s: decoded %d bytes unlike the image", level, len(rw.b))
 		}

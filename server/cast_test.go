@@ -449,27 +449,34 @@ func TestCastCompressionOverride(t *testing.T) {
 // with a cast whose stream was compressed on the fly by another encoder
 // (another dolly build). Taking it up would splice two encodings (and,
 // keyed, reuse nonces over other bytes): the server refuses it.
-func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
+// serverToTakeUp starts a server of a raw image for nodes nodes in a chain,
+// which nodes may come back to, and returns its address and the image's
+// fingerprint; stop ends it.
+func serverToTakeUp(t *testing.T, nodes int) (addr, fp string, stop func()) {
 	imgs, _ := images(t, 2<<20)
 	im, err := imaging.OpenImage(imgs[imaging.Raw])
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp, err := im.Fingerprint()
+	fp, err = im.Fingerprint()
 	im.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, Config{Image: imgs[imaging.Raw], Listen: "127.0.0.1:0", Nodes: 1, NoProbe: true, Yes: true,
-			JoinTimeout: 20 * time.Second, Ready: func(a net.Addr) { addrc <- a.String() }})
+		_, err := Run(ctx, Config{Image: imgs[imaging.Raw], Listen: "127.0.0.1:0", Nodes: nodes, NoProbe: true, Yes: true,
+			Shape: capacity.KindChain, JoinTimeout: 30 * time.Second, Ready: func(a net.Addr) { addrc <- a.String() }})
 		done <- err
 	}()
-	addr := <-addrc
+	return <-addrc, fp, func() { cancel(); <-done }
+}
+
+func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
+	addr, fp, stop := serverToTakeUp(t, 1)
+	defer stop()
 	// comeBack says hello as a node of a cast compressed by encoder and
 	// returns the server's answer.
 	comeBack := func(encoder string) control.Message {
@@ -496,8 +503,6 @@ func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
 	if m := comeBack(imaging.EncoderID(imaging.Zstd)); m.Type != control.MsgWelcome || !m.Welcome.Resumed {
 		t.Fatalf("a cast compressed by this build's encoder: %+v; want it taken up", m)
 	}
-	cancel()
-	<-done
 }
 
 // TestTakenUpNodeCountsOnceReadyAgain: a restarted server gives each node
@@ -506,26 +511,8 @@ func TestTakingUpNeedsTheSameEncoder(t *testing.T) {
 // it has taken its welcome; otherwise the peer's connection can reach the
 // node before the node knows the token, and the node drops it.
 func TestTakenUpNodeCountsOnceReadyAgain(t *testing.T) {
-	imgs, _ := images(t, 2<<20)
-	im, err := imaging.OpenImage(imgs[imaging.Raw])
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := im.Fingerprint()
-	im.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, Config{Image: imgs[imaging.Raw], Listen: "127.0.0.1:0", Nodes: 2, NoProbe: true, Yes: true,
-			Shape: capacity.KindChain, JoinTimeout: 30 * time.Second, Ready: func(a net.Addr) { addrc <- a.String() }})
-		done <- err
-	}()
-	addr := <-addrc
+	addr, fp, stop := serverToTakeUp(t, 2)
+	defer stop()
 	comeBack := func(name string) (*control.Conn, *control.Welcome) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -578,6 +565,4 @@ func TestTakenUpNodeCountsOnceReadyAgain(t *testing.T) {
 	if len(a.Children) != 1 || a.Children[0].Name != "pc02" || !bytes.Equal(a.Children[0].Token, w2.DataToken) {
 		t.Errorf("pc01's assign: %+v; want pc02 as its child, with the token of pc02's welcome", a)
 	}
-	cancel()
-	<-done
 }
