@@ -47,7 +47,7 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 		if h.HeaderSize == 0 {
 			return 0, 0, fmt.Errorf("frame at %d: truncated header", pos)
 		}
-		_, dropped := withoutContentSize(buf[:h.HeaderSize])
+		_, dropped := skippingHeader(h, buf[:h.HeaderSize])
 		pos += int64(h.HeaderSize)
 		if h.Skippable {
 			pos += int64(h.SkippableSize)

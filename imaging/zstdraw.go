@@ -117,7 +117,7 @@ func (z *rleAsRaw) next() error {
 		z.pending = z.head[:copy(z.head[:], b[:h.HeaderSize])]
 		z.window, z.zeroRun = 0, 0
 		if z.emit != nil {
-			if head, ok := withoutContentSize(z.pending); ok {
+			if head, ok := skippingHeader(h, z.pending); ok {
 				z.pending, z.window = head, int64(h.WindowSize)
 			}
 		}
@@ -212,6 +212,18 @@ func (z *rleAsRaw) setFill(v byte) {
 // block always reaches it, and the frame's content size goes from its
 // header (the decoder would find the frame short); its checksum, if any,
 // is then not checked, which a stream decoder does not anyway.
+
+// skippingHeader returns the header head of a frame with header h as the
+// decoder gets it when zeros may be skipped: without its content size.
+// It is false for a frame no longer than its window, where nothing can
+// be skipped, which keeps its header (and the decoder, its memory as the
+// content size bounds it).
+func skippingHeader(h zstd.Header, head []byte) ([]byte, bool) {
+	if h.HasFCS && h.FrameContentSize <= h.WindowSize {
+		return nil, false
+	}
+	return withoutContentSize(head)
+}
 
 // withoutContentSize returns the frame header head without its content
 // size; false for a frame of a single segment, whose window is its size.

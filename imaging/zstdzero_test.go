@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // runWriter records what reaches it as bytes and as runs of zeros.
@@ -286,5 +288,35 @@ func TestStreamDecoderSkipsDeepZerosOfZstdsTool(t *testing.T) {
 			t.Errorf("zstd %s: only %d bytes of zeros went past the decoder", level, rw.zeros())
 		}
 		t.Logf("zstd %s: %d of %d bytes went past the decoder as zeros", level, rw.zeros(), len(raw))
+	}
+}
+
+// TestSkippingHeader: a frame loses its content size for the decoder only
+// where zeros may be skipped, past its window.
+func TestSkippingHeader(t *testing.T) {
+	big, _ := windowFrame(1000, -128<<10, -128<<10)                      // content past the window
+	small, _ := windowFrame(1000, -4096)                                 // content within it
+	noSize := append([]byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3}, 0, 0) // no content size, a window
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		ok    bool
+		want  []byte
+	}{
+		{"past its window: the size goes", big, true, []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3}},
+		{"within its window: kept", small, false, nil},
+		{"no content size: as it is", noSize, true, noSize[:6]},
+		{"a single segment: kept", AppendZstdZeros(nil, 1<<20), false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h zstd.Header
+			if err := h.Decode(tc.frame); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := skippingHeader(h, tc.frame[:h.HeaderSize])
+			if ok != tc.ok || !bytes.Equal(got, tc.want) {
+				t.Errorf("skippingHeader = % x, %v; want % x, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }
