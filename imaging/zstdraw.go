@@ -115,7 +115,7 @@ func (z *rleAsRaw) next() error {
 			return nil
 		}
 		z.pending = z.head[:copy(z.head[:], b[:h.HeaderSize])]
-		z.window, z.zeroRun = 0, 0
+		z.window, z.zeroRun, z.skipped = 0, 0, 0
 		if z.emit != nil {
 			if head, ok := skippingHeader(h, z.pending); ok {
 				z.pending, z.window = head, int64(h.WindowSize)
@@ -137,12 +137,12 @@ func (z *rleAsRaw) next() error {
 	size := int64(head >> 3)
 	last := head&1 == 1
 	kind := (head >> 1) & 3
-	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 && !last && z.window > 0 && z.zeroRun >= z.window && size <= zstdMaxBlock {
+	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 && !last && z.emit != nil && z.window > 0 && z.zeroRun >= z.window && size <= zstdMaxBlock {
 		z.skipped += size
 		z.src.Discard(4)
 		return nil
 	}
-	if z.skipped > 0 {
+	if z.skipped > 0 && z.emit != nil {
 		// The decoder has written all it decoded before this block
 		// (it reads a block only once the last one is out).
 		n := z.skipped

@@ -242,6 +242,15 @@ func TestStreamDecoderSkipsDeepZeros(t *testing.T) {
 	if want := []int64{3 * w, w/2 + w, w}; !slicesEqual(rw.runs, want) {
 		t.Errorf("runs handed on: %v, want %v", rw.runs, want)
 	}
+	// Cut in the middle of the skipped zeros: an error, not a short
+	// output.
+	cut, err := NewStreamDecoder(Zstd, bytes.NewReader(frame[:len(frame)-6]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(&runWriter{}, cut); err == nil {
+		t.Error("a frame cut short among skipped zeros decoded without an error")
+	}
 	for _, open := range []func(Encoding, io.Reader) (io.ReadCloser, error){NewStreamDecoder, NewDecoder} {
 		d, err := open(Zstd, bytes.NewReader(frame))
 		if err != nil {
