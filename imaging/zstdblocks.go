@@ -36,7 +36,7 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 		if n == 0 {
 			return 0, 0, fmt.Errorf("reading a frame header at %d: %w", pos, err)
 		}
-		if fsize, _, ok := zstdZeroFrameLen(buf[:n]); ok && fsize <= n && isZstdZeroFrame(buf[:fsize], int64(binary.LittleEndian.Uint32(buf[5:]))) {
+		if fsize, _, ok := zstdZeroFrame(buf[:n]); ok {
 			pos += int64(fsize)
 			continue
 		}
@@ -76,7 +76,7 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 				switch {
 				case b[3] != 0:
 					zeroRun = 0
-				case dropped && !last && zeroRun >= int64(h.WindowSize) && bsize <= zstdMaxBlock:
+				case dropped && skipsZeros(int64(h.WindowSize), zeroRun, bsize, last):
 					skipped += bsize
 				default:
 					zeroRun += bsize

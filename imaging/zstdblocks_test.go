@@ -88,8 +88,8 @@ func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 // zeroFrameBytes is what the zero frames at the start of stream stand for.
 func zeroFrameBytes(stream []byte) (n int64) {
 	for {
-		size, run, ok := zstdZeroFrameLen(stream)
-		if !ok || size > len(stream) || !isZstdZeroFrame(stream[:size], run) {
+		size, run, ok := zstdZeroFrame(stream)
+		if !ok {
 			return n
 		}
 		n += run

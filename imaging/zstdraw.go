@@ -137,7 +137,7 @@ func (z *rleAsRaw) next() error {
 	size := int64(head >> 3)
 	last := head&1 == 1
 	kind := (head >> 1) & 3
-	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 && !last && z.emit != nil && z.window > 0 && z.zeroRun >= z.window && size <= zstdMaxBlock {
+	if kind == zstdBlockRLE && len(b) == 4 && b[3] == 0 && z.emit != nil && skipsZeros(z.window, z.zeroRun, size, last) {
 		z.skipped += size
 		z.src.Discard(4)
 		return nil
@@ -212,6 +212,13 @@ func (z *rleAsRaw) setFill(v byte) {
 // block always reaches it, and the frame's content size goes from its
 // header (the decoder would find the frame short); its checksum, if any,
 // is then not checked, which a stream decoder does not anyway.
+
+// skipsZeros says whether an RLE block of size zeros goes past the
+// decoder, after zeroRun zeros in a row in a frame of window (0: nothing
+// is skipped in it). ZstdRLEBytes counts by the same rule.
+func skipsZeros(window, zeroRun, size int64, last bool) bool {
+	return window > 0 && !last && zeroRun >= window && size <= zstdMaxBlock
+}
 
 // skippingHeader returns the header head of a frame with header h as the
 // decoder gets it when zeros may be skipped: without its content size.

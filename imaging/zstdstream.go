@@ -57,8 +57,9 @@ func (z *zstdStream) next() (int64, error) {
 		}
 		return 0, err
 	}
-	if size, run, ok := zstdZeroFrameLen(b); ok {
-		if f, _ := z.src.Peek(size); len(f) == size && isZstdZeroFrame(f, run) {
+	if size, _, ok := zstdZeroFrameLen(b); ok {
+		f, _ := z.src.Peek(size)
+		if size, run, ok := zstdZeroFrame(f); ok {
 			z.src.Discard(size)
 			return run, nil
 		}

@@ -81,6 +81,16 @@ func isZstdZeroFrame(b []byte, run int64) bool {
 	return true
 }
 
+// zstdZeroFrame reports whether b starts with a whole zero frame, and its
+// length and run.
+func zstdZeroFrame(b []byte) (size int, run int64, ok bool) {
+	size, run, ok = zstdZeroFrameLen(b)
+	if !ok || size > len(b) || !isZstdZeroFrame(b[:size], run) {
+		return 0, 0, false
+	}
+	return size, run, true
+}
+
 // A ZeroWriter takes a run of zeros, the next n bytes of what is written
 // to it, without being handed them.
 type ZeroWriter interface {
