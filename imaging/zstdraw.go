@@ -24,7 +24,7 @@ var zeroBlock [zstdMaxBlock]byte
 // type, a block too large) it hands on unchanged, from there to the end,
 // so that the decoder reports the error it would have reported anyway.
 type rleAsRaw struct {
-	src *bufio.Reader
+	src Peeker
 
 	state   rleState
 	pending []byte // header bytes to hand out first
@@ -57,7 +57,26 @@ const (
 )
 
 func newRLEAsRaw(r io.Reader) *rleAsRaw {
-	return &rleAsRaw{src: bufio.NewReaderSize(r, 64<<10)}
+	return &rleAsRaw{src: peeker(r)}
+}
+
+// A Peeker shows the bytes ahead before they are read, as a bufio.Reader
+// does. A zstd stream's source that is one is read as it is; any other is
+// read through a buffer, one more copy of every byte.
+type Peeker interface {
+	io.Reader
+	// Peek returns the next n bytes without reading them; fewer only
+	// with an error (io.EOF at the end).
+	Peek(n int) ([]byte, error)
+	// Discard skips the next n bytes; fewer only with an error.
+	Discard(n int) (int, error)
+}
+
+func peeker(r io.Reader) Peeker {
+	if p, ok := r.(Peeker); ok {
+		return p
+	}
+	return bufio.NewReaderSize(r, 64<<10)
 }
 
 // nextFrame makes a reader in single mode hand on the next frame.

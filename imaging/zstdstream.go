@@ -1,7 +1,6 @@
 package imaging
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,7 +16,7 @@ import (
 // between the decoded bytes whatever the decoder reads ahead.
 type zstdStream struct {
 	checked bool // the frames' checksums are checked
-	src     *bufio.Reader
+	src     Peeker
 	rle     *rleAsRaw // over src, one frame at a time
 	dec     *zstd.Decoder
 	inFrame bool  // dec is reading a frame
@@ -25,7 +24,7 @@ type zstdStream struct {
 }
 
 func newZstdStream(r io.Reader, checked bool) (*zstdStream, error) {
-	src := bufio.NewReaderSize(r, 64<<10)
+	src := peeker(r)
 	dec, err := zstd.NewReader(nil,
 		// One goroutine: more only adds hand-offs (more CPU per byte)
 		// for little speed, and nodes often share their cores.

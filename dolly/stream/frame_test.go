@@ -254,6 +254,35 @@ func TestReceiveWritesTheImage(t *testing.T) {
 	}
 }
 
+// In frames of the smallest size, a zstd stream's frame and block headers
+// and its zero frames are cut across payloads: the decoder, which reads
+// the payloads in place, must land the same bytes, read or lent.
+func TestReceiveSmallFrames(t *testing.T) {
+	imgs := makeImages(t, 3<<20+5000, testimage.Typical)
+	want, _ := testimage.SHA256(imgs[imaging.Raw], -1)
+	tests := []struct {
+		name string
+		path string
+		send imaging.Encoding
+	}{
+		{"zstd stored", imgs[imaging.Zstd], imaging.Zstd},
+		{"zstd on the fly", imgs[imaging.Raw], imaging.Zstd},
+		{"gzip stored", imgs[imaging.Gzip], imaging.Gzip},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, stream, _ := encodeStreamAs(t, tt.path, imaging.ZeroBlock, tt.send)
+			target, err := receiveInto(t, h, stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := testimage.SHA256(target, h.ImageSize); got != want {
+				t.Fatal("target differs from the image")
+			}
+		})
+	}
+}
+
 // The source may send an image otherwise than it is stored: decoded, or
 // compressed on the fly. Every way must land the same bytes.
 func TestConvertedStreams(t *testing.T) {

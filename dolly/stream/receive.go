@@ -68,57 +68,29 @@ func receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, 
 		c = new(Counters)
 	}
 	fw := &firstError{w: w, failed: hooks.TargetFailed}
-	fr := NewFrameReader(r, h, key)
+	src := &frameSource{fr: NewFrameReader(r, h, key), c: c, stored: stored, endSeen: hooks.EndSeen}
 	var (
-		d    imaging.Digest
-		end  End
-		err  error
-		sink frameSink
+		d   imaging.Digest
+		err error
 	)
 	if h.Encoding == imaging.Raw {
-		sink = &rawSink{w: fw, d: imaging.NewDigester(), c: c}
+		d, err = receiveRaw(src, fw, c)
 	} else {
-		sink, err = newDecodingSink(h, fw, c)
-		if err != nil {
-			return d, end, err
-		}
+		d, err = decode(src, h, fw, c)
 	}
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			sink.abort(err)
-			return d, end, err
-		}
-		if f.Kind == FrameEnd {
-			end, err = ParseEnd(f.Payload)
-			if err != nil {
-				sink.abort(err)
-				return d, end, err
-			}
-			break
-		}
-		if stored != nil && f.Kind == FrameData {
-			if _, err := stored.Write(f.Payload); err != nil {
-				sink.abort(err)
-				return d, end, err
-			}
-		}
-		if err := sink.frame(f); err != nil {
-			sink.abort(err)
-			return d, end, err
-		}
-		c.Stream.Add(int64(len(f.Payload)))
+	switch {
+	case src.err != nil:
+		// The stream's own error says what went wrong first.
+		return d, src.end, src.err
+	case fw.err != nil:
+		return d, src.end, fw.err
+	case err != nil:
+		return d, src.end, err
 	}
-	if hooks.EndSeen != nil {
-		hooks.EndSeen()
+	if err := src.atEnd(); err != nil {
+		return d, src.end, err
 	}
-	d, err = sink.finish()
-	if fw.err != nil {
-		return d, end, fw.err
-	}
-	if err != nil {
-		return d, end, err
-	}
+	end := src.end
 	if end.Size != h.ImageSize {
 		return d, end, fmt.Errorf("end frame announces %d bytes, header %d", end.Size, h.ImageSize)
 	}
@@ -126,6 +98,137 @@ func receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, 
 		return d, end, fmt.Errorf("%w (wrote %s, source %s)", ErrDigestMismatch, d.Short(), end.Digest.Short())
 	}
 	return d, end, nil
+}
+
+// frameSource takes the verified frames of a stream one at a time, up to
+// its end frame. As an io.Reader it is the stream of their payloads, which
+// a decoder pulls in the receiving goroutine: no hand-off between
+// goroutines costs a wake-up, and as an imaging.Peeker it lets zstd's
+// decoder read the payloads where they lie, copied once, into its own
+// buffer.
+type frameSource struct {
+	fr      *FrameReader
+	c       *Counters
+	stored  io.Writer // compressed payloads are stored as they come
+	endSeen func()
+
+	p     []byte // the bytes to read next: of the current payload, or carry
+	after []byte // the rest of the current payload, when p is carry
+	carry []byte // bytes Peek gathered across payloads
+	end   End
+	ended bool  // the end frame was verified
+	err   error // the stream's, as opposed to the decoder's or the target's
+}
+
+var _ imaging.Peeker = (*frameSource)(nil)
+
+// next returns the next frame before the end frame; ok is false at the
+// end frame, or on an error, which s.err holds.
+func (s *frameSource) next() (f Frame, ok bool) {
+	if s.ended || s.err != nil {
+		return Frame{}, false
+	}
+	f, err := s.fr.Next()
+	if err == nil && f.Kind == FrameEnd {
+		if s.end, err = ParseEnd(f.Payload); err == nil {
+			s.ended = true
+			if s.endSeen != nil {
+				s.endSeen()
+			}
+			return Frame{}, false
+		}
+	}
+	if err == nil && s.stored != nil {
+		_, err = s.stored.Write(f.Payload)
+	}
+	if err != nil {
+		s.err = err
+		return Frame{}, false
+	}
+	s.c.Stream.Add(int64(len(f.Payload)))
+	return f, true
+}
+
+// fill makes s.p hold at least a byte, or returns why it cannot: io.EOF
+// at the end frame.
+func (s *frameSource) fill() error {
+	for len(s.p) == 0 {
+		if len(s.after) > 0 {
+			s.p, s.after = s.after, nil
+			continue
+		}
+		f, ok := s.next()
+		if !ok {
+			return s.stop()
+		}
+		s.p = f.Payload
+	}
+	return nil
+}
+
+// stop is what ends the reading: the stream's error, or io.EOF.
+func (s *frameSource) stop() error {
+	if s.err != nil {
+		return s.err
+	}
+	return io.EOF
+}
+
+func (s *frameSource) Read(p []byte) (int, error) {
+	if err := s.fill(); err != nil {
+		return 0, err
+	}
+	n := copy(p, s.p)
+	s.p = s.p[n:]
+	return n, nil
+}
+
+// Peek returns the next n bytes unread. Those that run past the current
+// payload are gathered in s.carry, which outlives the payloads.
+func (s *frameSource) Peek(n int) ([]byte, error) {
+	if len(s.p) >= n {
+		return s.p[:n], nil
+	}
+	s.carry = append(s.carry[:0], s.p...)
+	for len(s.carry) < n {
+		if len(s.after) == 0 {
+			f, ok := s.next()
+			if !ok {
+				s.p = s.carry
+				return s.p, s.stop()
+			}
+			s.after = f.Payload
+		}
+		k := min(n-len(s.carry), len(s.after))
+		s.carry = append(s.carry, s.after[:k]...)
+		s.after = s.after[k:]
+	}
+	s.p = s.carry
+	return s.p[:n], nil
+}
+
+func (s *frameSource) Discard(n int) (int, error) {
+	done := 0
+	for done < n {
+		if err := s.fill(); err != nil {
+			return done, err
+		}
+		k := min(n-done, len(s.p))
+		s.p = s.p[k:]
+		done += k
+	}
+	return done, nil
+}
+
+// atEnd checks that only the end frame follows what the decoder read.
+func (s *frameSource) atEnd() error {
+	switch err := s.fill(); {
+	case err == nil:
+		return fmt.Errorf("compressed data goes on past the decoded image's end (frame %d)", s.fr.seq-1)
+	case err != io.EOF:
+		return err
+	}
+	return nil
 }
 
 // firstError passes writes on until one fails, then only records: the
@@ -162,70 +265,43 @@ func (f *firstError) fail(err error) {
 	}
 }
 
-// frameSink is where verified frames go: straight to the target for raw
-// streams, through a decoder for compressed ones.
-type frameSink interface {
-	frame(Frame) error
-	finish() (imaging.Digest, error)
-	abort(error)
-}
-
-type rawSink struct {
-	w imaging.BlockWriter
-	d *imaging.Digester
-	c *Counters
-}
-
-func (s *rawSink) frame(f Frame) error {
-	switch f.Kind {
-	case FrameData:
-		if _, err := s.w.WriteAt(f.Payload, f.Offset); err != nil {
-			return err
+// receiveRaw writes the frames of a raw stream to w as they come.
+func receiveRaw(src *frameSource, w imaging.BlockWriter, c *Counters) (imaging.Digest, error) {
+	d := imaging.NewDigester()
+	for {
+		f, ok := src.next()
+		if !ok {
+			return d.Sum(), nil
 		}
-		s.d.WriteCRC(f.Payload, f.CRC) // verified: the digest need not read it again
-	case FrameZero:
-		if err := s.w.ZeroRange(f.Offset, f.Length); err != nil {
-			return err
+		switch f.Kind {
+		case FrameData:
+			if _, err := w.WriteAt(f.Payload, f.Offset); err != nil {
+				return d.Sum(), err
+			}
+			d.WriteCRC(f.Payload, f.CRC) // verified: the digest need not read it again
+		case FrameZero:
+			if err := w.ZeroRange(f.Offset, f.Length); err != nil {
+				return d.Sum(), err
+			}
+			d.WriteZeros(f.Length)
 		}
-		s.d.WriteZeros(f.Length)
+		c.Written.Add(f.Length)
 	}
-	s.c.Written.Add(f.Length)
-	return nil
 }
 
-func (s *rawSink) finish() (imaging.Digest, error) { return s.d.Sum(), nil }
-func (s *rawSink) abort(error)                     {}
-
-// decodingSink feeds compressed payloads to a decoder running in its own
-// goroutine, which writes the raw bytes through a SparseWriter.
-type decodingSink struct {
-	pw   *io.PipeWriter
-	done chan struct{} // closed when the decoder has returned err
-	err  error
-	d    *imaging.Digester
-}
-
-// decodeBuffer is the buffer between the frames and the decoder.
-const decodeBuffer = 256 << 10
-
-func newDecodingSink(h StreamHeader, w imaging.BlockWriter, c *Counters) (*decodingSink, error) {
-	pr, pw := io.Pipe()
-	s := &decodingSink{pw: pw, done: make(chan struct{}), d: imaging.NewDigester()}
-	go func() {
-		// The decoder reads a few bytes at a time (a block's header, then
-		// its body): from a buffer, rather than a hand-off through the pipe
-		// for each, decoding costs a third less CPU.
-		s.err = decode(bufio.NewReaderSize(pr, decodeBuffer), h, w, s.d, c)
-		pr.CloseWithError(s.err) // unblocks a frame() waiting on the pipe
-		close(s.done)
-	}()
-	return s, nil
-}
-
-func decode(r io.Reader, h StreamHeader, w imaging.BlockWriter, d *imaging.Digester, c *Counters) error {
+// decode decodes the payloads of a compressed stream and writes the raw
+// bytes to w through a SparseWriter.
+func decode(src *frameSource, h StreamHeader, w imaging.BlockWriter, c *Counters) (imaging.Digest, error) {
+	d := imaging.NewDigester()
+	var r io.Reader = src
+	if h.Encoding != imaging.Zstd {
+		// gzip reads a few bits at a time, fastest from a bufio.Reader;
+		// zstd's decoder buffers what it needs itself.
+		r = bufio.NewReaderSize(src, decodeBuffer)
+	}
 	dec, err := imaging.NewStreamDecoder(h.Encoding, r)
 	if err != nil {
-		return fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
+		return d.Sum(), fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
 	}
 	defer dec.Close()
 	sw := imaging.NewSparseWriter(w, d, h.ImageSize)
@@ -234,16 +310,19 @@ func decode(r io.Reader, h StreamHeader, w imaging.BlockWriter, d *imaging.Diges
 	out := &progressWriter{sw: sw, c: c}
 	if _, err := io.Copy(out, dec); err != nil {
 		if out.err != nil {
-			return out.err
+			return d.Sum(), out.err
 		}
-		return fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
+		return d.Sum(), fmt.Errorf("decoding %s stream: %w", h.Encoding, err)
 	}
 	if err := sw.Close(); err != nil {
-		return err
+		return d.Sum(), err
 	}
 	c.Written.Store(sw.Written())
-	return nil
+	return d.Sum(), nil
 }
+
+// decodeBuffer is the buffer between the frames and a gzip decoder.
+const decodeBuffer = 256 << 10
 
 // progressWriter writes decoded bytes to the target and counts them.
 type progressWriter struct {
@@ -270,29 +349,4 @@ func (p *progressWriter) WriteZeros(n int64) error {
 		p.err = err
 	}
 	return err
-}
-
-func (s *decodingSink) frame(f Frame) error {
-	if _, err := s.pw.Write(f.Payload); err != nil {
-		<-s.done
-		if s.err != nil {
-			return s.err // the decoder's own error says more than the pipe's
-		}
-		return fmt.Errorf("decoder stopped early: %w", err)
-	}
-	return nil
-}
-
-func (s *decodingSink) finish() (imaging.Digest, error) {
-	s.pw.Close()
-	<-s.done
-	if s.err != nil {
-		return imaging.Digest{}, s.err
-	}
-	return s.d.Sum(), nil
-}
-
-func (s *decodingSink) abort(err error) {
-	s.pw.CloseWithError(err)
-	<-s.done
 }

@@ -1,0 +1,71 @@
+package stream
+
+import (
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"dolly/imaging"
+	"dolly/internal/testimage"
+)
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkReceive is a node's receive path without its disk: frames
+// checked, decoded and scanned for zeros, on an image half free space.
+// cpu-ms/GiB is the process's CPU per GiB of image, every goroutine's.
+func BenchmarkReceive(b *testing.B) {
+	const size = 128 << 20
+	dir := b.TempDir()
+	raw := filepath.Join(dir, "img")
+	if err := testimage.Write(raw, size, 11, testimage.Typical); err != nil {
+		b.Fatal(err)
+	}
+	images := []struct {
+		name string
+		path string
+		send imaging.Encoding
+	}{
+		{"raw", raw, imaging.Raw},
+		{"zstd-on-the-fly", raw, imaging.Zstd},
+	}
+	// A stored image as users make one, by zstd's tool: one frame whose
+	// free space is blocks of zeros.
+	if _, err := exec.LookPath("zstd"); err == nil {
+		zst := raw + ".zst"
+		if out, err := exec.Command("zstd", "-q", "-3", raw, "-o", zst).CombinedOutput(); err != nil {
+			b.Fatalf("zstd: %v: %s", err, out)
+		}
+		images = append(images, struct {
+			name string
+			path string
+			send imaging.Encoding
+		}{"zstd-stored", zst, imaging.Zstd})
+	} else {
+		b.Log("zstd's tool is missing: no stored zstd case (apt-get install zstd)")
+	}
+	for _, im := range images {
+		b.Run(im.name, func(b *testing.B) {
+			h, stream, _ := encodeStreamAs(b, im.path, DefaultFrameSize, im.send)
+			b.SetBytes(size)
+			b.ResetTimer()
+			cpu := processCPU(b)
+			for b.Loop() {
+				if _, _, err := Receive(&lendingReader{b: stream}, h, nil, discard{}, nil, Hooks{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			used := processCPU(b) - cpu
+			b.ReportMetric(float64(used.Milliseconds())/float64(b.N)*float64(1<<30)/size, "cpu-ms/GiB")
+		})
+	}
+}
