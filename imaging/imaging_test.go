@@ -63,6 +63,30 @@ func sampleImage(seed uint64, n int) []byte {
 	return p
 }
 
+// Zeros fed as a count land the digest that the zero bytes do, wherever
+// in a block they start and however many blocks they span.
+func TestDigestWriteZeros(t *testing.T) {
+	head := sampleImage(4, DigestBlock)
+	for i := range head {
+		head[i] |= 1
+	}
+	for _, fill := range []int{0, 1, 4095, DigestBlock - 1} {
+		for _, n := range []int64{1, 7, 4096, DigestBlock - 1, DigestBlock, DigestBlock + 3, 3*DigestBlock + 5} {
+			direct := NewDigester()
+			direct.Write(head[:fill])
+			direct.Write(make([]byte, n))
+			direct.Write(head[:9])
+			counted := NewDigester()
+			counted.Write(head[:fill])
+			counted.WriteZeros(n)
+			counted.Write(head[:9])
+			if got, want := counted.Sum(), direct.Sum(); got != want {
+				t.Errorf("%d zeros after %d bytes: digest %s, the zero bytes give %s", n, fill, got.Short(), want.Short())
+			}
+		}
+	}
+}
+
 func TestDigestIndependentOfChunking(t *testing.T) {
 	img := sampleImage(1, 5<<20+123)
 	whole := NewDigester()
