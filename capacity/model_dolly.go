@@ -31,20 +31,23 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	memory    ((1+o)·w + 2w + w + 2d + d [+ w + d + 2 + 1 + d])·b ≤ memory
 //	          NIC DMAs, read copy, CRC, write copy, disk DMA [decoder in/out, gather copy, zero scan, digest]
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write
-//	           [+ 1/decompress + 1/copy + 1/digest + d/digest + d/copy])·b ≤ cores
+//	           [+ 1/decompress + w/copy + s + d/digest + d/copy])·b ≤ cores
 //	          where write is the probed write path (disk CPU rate, the kernel
 //	          threads' share included), else the copy rate; where the
 //	          relay's path was probed whole (relay, for one child), it stands
 //	          for the first three terms: (w/relay + (o-1)·w/net) at least w/(2·relay),
 //	          and decompress the decoder's rate in raw bytes of this image (zero
-//	          runs included: they decode fast, but not for free);
+//	          runs included: they decode fast, but not for free); s, the
+//	          zero scan, is d/digest for zstd (its decoder writes in place and
+//	          hands on long zero runs undecoded), 1/copy + 1/digest for gzip
+//	          (its output is gathered, then scanned whole);
 //	          plus (1+o)·w·pace, what each stream costs more at the pace of
 //	          the node's link than over loopback (Resources.paceCost)
 //	decoding thread, when decompression cannot spread over cores: the one
 //	goroutine that decodes also gathers, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
 //	is not its own):
-//	          (1/decompress + 1/copy + 1/digest + d/digest + d/copy)·b ≤ 1
+//	          (1/decompress + w/copy + s + d/digest + d/copy)·b ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
 	flow := Flow{In: 1, Out: out, Disk: true, Decompress: compressed}
@@ -74,10 +77,19 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 			return err
 		}
 		memory += w + d + 2 + 1 + d
-		// The decoder's thread also gathers, scans for zero runs, digests
-		// and copies into the target's aligned chunks: all of it counts
-		// against the cores too.
-		thread := st.decodeWeight()/rate + share(r.CPU.Copy) + share(r.CPU.Digest) + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
+		// The decoder's thread also copies the payloads into the decoder,
+		// scans what it decodes for zero runs, digests the data and copies
+		// it into the target's aligned chunks: all of it counts against
+		// the cores too. zstd's decoder writes from its window, where the
+		// scan reads it, and hands on the runs of its zero frames and the
+		// zeros deep in a run of RLE blocks undecoded: what it scans is
+		// about the data. gzip's output is gathered first, and scanned
+		// whole.
+		scan := d * share(r.CPU.Digest)
+		if st.Codec != "zstd" {
+			scan = share(r.CPU.Copy) + share(r.CPU.Digest)
+		}
+		thread := st.decodeWeight()/rate + w*share(r.CPU.Copy) + scan + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
 		cpu += thread
 		if !r.ParallelDecompress {
 			h.add(DecompressLimit, flow, thread, 1)

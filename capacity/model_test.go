@@ -248,7 +248,7 @@ func TestDollyModel(t *testing.T) {
 		}, Options{}},
 		{"node compressed, at the link's pace, a leaf", paced, Compression{"zstd", 2}, "n03", map[ConstraintKind]float64{
 			// the wire's half-bytes pay the pace; the decoder's thread as above
-			CPULimit: (0.5*(1/0.5-1/1.0) + 1/2.0 + 0.5*0.5 + (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
+			CPULimit: (0.5*(1/0.5-1/1.0) + 1/2.0 + 0.5*0.5 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
 		}, Options{}},
 		{"node raw, a link no slower than loopback", quick, Compression{}, "n01", map[ConstraintKind]float64{
 			CPULimit: (1/0.5 + 1/1.0 + 1/2.0) * ns,
@@ -259,12 +259,12 @@ func TestDollyModel(t *testing.T) {
 			IOBusLimit:  1.5 + 1,
 			MemoryLimit: 1.5 + 1 + 0.5 + 2 + 1 + 1 + (0.5 + 1 + 2 + 1),
 			// streams, read copy, CRC, write, then the decoder's thread
-			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
-			// decode, gather copy, zero scan, digest, aligned copy
-			DecompressLimit: (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0) * ns,
+			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
+			// decode, the payloads' copy into the decoder, zero scan, digest, aligned copy
+			DecompressLimit: (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0) * ns,
 		}, Options{}},
 		{"node compressed, parallel", parallel, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
-			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 1/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
+			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
 		}, Options{}},
 		// Source of a raw image to two children: read, zero scan, one CRC
 		// (the digest takes the frames'), a copy and a stream per child.
@@ -316,9 +316,9 @@ func TestDecompressCoreBinds(t *testing.T) {
 	res := dollyRes
 	res.CPU.Decompress = map[string]float64{"gzip": 50 * MB}
 	r := mustEvaluate(t, oneSwitch(3, 1250*MB, res), Chain(3), Compression{"gzip", 3})
-	// The thread also gathers (copy), scans, digests and copies to the
-	// target's aligned chunks.
-	want := MB / (1/50.0 + 1/2000.0 + 1/4000.0 + 1/4000.0 + 1/2000.0)
+	// The thread also copies the payloads in, gathers (copy), scans,
+	// digests and copies to the target's aligned chunks.
+	want := MB / (1/50.0 + (1/3.0)/2000 + 1/2000.0 + 1/4000.0 + 1/4000.0 + 1/2000.0)
 	if !near(r.Rate, want) || r.Binding[0].Kind != DecompressLimit {
 		t.Errorf("%v MB/s by %q, want %v MB/s by a decoding thread", r.Rate/MB, r.Bottleneck, want/MB)
 	}
