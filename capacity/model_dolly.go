@@ -44,7 +44,7 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          plus (1+o)·w·pace, what each stream costs more at the pace of
 //	          the node's link than over loopback (Resources.paceCost)
 //	decoding thread, when decompression cannot spread over cores: the one
-//	goroutine that decodes also gathers, scans, digests and copies into the
+//	goroutine that decodes also copies the payloads in, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
 //	is not its own):
 //	          (1/decompress + w/copy + s + d/digest + d/copy)·b ≤ 1
