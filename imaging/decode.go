@@ -21,7 +21,8 @@ func NewDecoder(enc Encoding, r io.Reader) (io.ReadCloser, error) {
 // NewStreamDecoder is NewDecoder for a cast's stream, whose every byte
 // the frames' CRCs and the content digest check already: it skips zstd's
 // own checksum (an xxhash64 of the output, a tenth of a node's CPU when
-// it decodes an image of mostly free space).
+// it decodes an image of mostly free space). A zstd stream read from a
+// Peeker is read where it lies, not copied into a buffer first.
 func NewStreamDecoder(enc Encoding, r io.Reader) (io.ReadCloser, error) {
 	return newDecoder(enc, r, false)
 }

@@ -117,7 +117,7 @@ type frameSource struct {
 	carry []byte // bytes Peek gathered across payloads
 	end   End
 	ended bool  // the end frame was verified
-	err   error // the stream's, as opposed to the decoder's or the target's
+	err   error // the stream's (or the stored copy's), as opposed to the decoder's or the target's
 }
 
 var _ imaging.Peeker = (*frameSource)(nil)
