@@ -89,7 +89,10 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	if !(opt.ZeroedFraction >= 0 && opt.ZeroedFraction <= opt.ZeroFraction) {
 		return Result{}, fmt.Errorf("zeroed fraction %v: want a share from 0 up to the zero fraction %v", opt.ZeroedFraction, opt.ZeroFraction)
 	}
-	st := stream{Compression: comp, zero: opt.ZeroFraction, zeroed: opt.ZeroedFraction, holes: opt.HoleFraction, stored: opt.Stored}
+	if !(opt.UndecodedFraction >= 0 && opt.UndecodedFraction <= opt.ZeroFraction) {
+		return Result{}, fmt.Errorf("undecoded fraction %v: want a share from 0 up to the zero fraction %v", opt.UndecodedFraction, opt.ZeroFraction)
+	}
+	st := stream{Compression: comp, zero: opt.ZeroFraction, zeroed: opt.ZeroedFraction, holes: opt.HoleFraction, undecoded: opt.UndecodedFraction, stored: opt.Stored}
 
 	host := make([]int, len(t.Parent)) // host index of each vertex
 	used := make([]bool, len(f.net.Hosts))

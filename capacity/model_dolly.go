@@ -38,9 +38,10 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          for the first three terms: (w/relay + (o-1)·w/net) at least w/(2·relay),
 //	          and decompress the decoder's rate in raw bytes of this image (zero
 //	          runs included: they decode fast, but not for free); s, the
-//	          zero scan, is d/digest for zstd (its decoder writes in place and
-//	          hands on long zero runs undecoded), 1/copy + 1/digest for gzip
-//	          (its output is gathered, then scanned whole);
+//	          zero scan, is u/digest for zstd, u the share it decodes (its
+//	          decoder writes in place and hands on zero frames and the zeros
+//	          deep in a run of RLE blocks undecoded), 1/copy + 1/digest for
+//	          gzip (its output is gathered, then scanned whole);
 //	          plus (1+o)·w·pace, what each stream costs more at the pace of
 //	          the node's link than over loopback (Resources.paceCost)
 //	decoding thread, when decompression cannot spread over cores: the one
@@ -82,10 +83,10 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		// it into the target's aligned chunks: all of it counts against
 		// the cores too. zstd's decoder writes from its window, where the
 		// scan reads it, and hands on the runs of its zero frames and the
-		// zeros deep in a run of RLE blocks undecoded: what it scans is
-		// about the data. gzip's output is gathered first, and scanned
+		// zeros deep in a run of RLE blocks undecoded, unscanned
+		// (stream.scanned). gzip's output is gathered first, and scanned
 		// whole.
-		scan := d * share(r.CPU.Digest)
+		scan := st.scanned() * share(r.CPU.Digest)
 		if st.Codec != "zstd" {
 			scan = share(r.CPU.Copy) + share(r.CPU.Digest)
 		}

@@ -212,6 +212,9 @@ func TestDollyModel(t *testing.T) {
 	// One that costs no more than over loopback adds nothing.
 	quick := relayed
 	quick.CPU.Link = 1000 * MB
+	// A source that compresses on the fly.
+	compressing := serial
+	compressing.CPU.Compress = map[string]float64{"zstd": 500 * MB}
 	const ns = 1e-9 // per byte/s, the figures above are in GB/s
 	tests := []struct {
 		name    string
@@ -263,6 +266,15 @@ func TestDollyModel(t *testing.T) {
 			// decode, the payloads' copy into the decoder, zero scan, digest, aligned copy
 			DecompressLimit: (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0) * ns,
 		}, Options{}},
+		// 60% zero runs, d = 0.4. Sent as stored, the decoder hands half
+		// the image on undecoded and scans the rest; compressed on the fly,
+		// the zero runs are zero frames and it scans the data alone.
+		{"node compressed, half undecoded", serial, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
+			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 0.4/2.0 + (1/1.0 + 0.5/2.0 + 0.5/4.0 + 0.4/4.0 + 0.4/2.0)) * ns,
+		}, Options{ZeroFraction: 0.6, UndecodedFraction: 0.5}},
+		{"node compressed on the fly", compressing, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
+			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 0.4/2.0 + (1/1.0 + 0.5/2.0 + 0.4/4.0 + 0.4/4.0 + 0.4/2.0)) * ns,
+		}, Options{ZeroFraction: 0.6, Stored: &Compression{Factor: 1}}},
 		{"node compressed, parallel", parallel, Compression{"zstd", 2}, "n01", map[ConstraintKind]float64{
 			CPULimit: (1.5/1.0 + 0.5/2.0 + 0.5/4.0 + 1/2.0 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
 		}, Options{}},

@@ -63,7 +63,7 @@ func TestPiecesTakeTheirTimeInTurn(t *testing.T) {
 	if split.Rate >= 0.95*whole.Rate {
 		t.Errorf("rate over pieces %.4g is not clearly below the averages' %.4g: the stretches should not overlap", split.Rate, whole.Rate)
 	}
-	for _, words := range []string{"78% of the time: link src→sw", "22%: CPU of machine box"} {
+	for _, words := range []string{"74% of the time: link src→sw", "26%: CPU of machine box"} {
 		if !strings.Contains(split.Bottleneck, words) {
 			t.Errorf("bottleneck %q does not name %q", split.Bottleneck, words)
 		}

@@ -45,6 +45,13 @@ type Options struct {
 	// holes (a sparse file): the source sends them as zero runs without
 	// reading them. At most ZeroFraction.
 	HoleFraction float64
+	// UndecodedFraction is the share of the raw image that a node's zstd
+	// decoder hands on as zeros without decoding or scanning them, when
+	// the image is sent as stored: the zeros deep in a run of RLE blocks
+	// (see imaging.ZstdRLEBytes). At most ZeroFraction. An image
+	// compressed on the fly sends its zero runs as zero frames, which are
+	// not decoded either: there the zero runs count.
+	UndecodedFraction float64
 	// Pieces describe the image stretch by stretch, in order, when it is
 	// not uniform; their shares weight their rates. The figures above stay
 	// the image's averages. Nil counts the image as uniform.

@@ -11,6 +11,7 @@ type stream struct {
 	zero        float64 // share of the raw image in zero runs, which are not sent
 	zeroed      float64 // share of it in zero runs the nodes zero (at most zero)
 	holes       float64 // share of it the source's file keeps as holes, not read
+	undecoded   float64 // share of it a stored image's zstd decoder hands on undecoded
 	// stored is how the source holds the image; nil means as it is sent.
 	stored *Compression
 	// piece, when set, is the stretch of the image being counted: its own
@@ -70,6 +71,21 @@ func (s stream) unreadHoles() float64 {
 		return s.holes
 	}
 	return s.piece.ZeroFraction * s.holes / s.zero
+}
+
+// scanned is the share of what is counted that comes out of a zstd
+// decoder as bytes, which the node scans for zero runs: all but the zeros
+// it hands on undecoded, the zero runs of a stream compressed on the fly
+// (its zero frames) or the undecoded share of an image sent as stored. A
+// piece is taken to hold its zero runs' share of the latter.
+func (s stream) scanned() float64 {
+	if s.stored != nil && s.stored.Codec != s.Codec {
+		return s.data()
+	}
+	if s.piece == nil || s.zero <= 0 {
+		return 1 - s.undecoded
+	}
+	return 1 - s.piece.ZeroFraction*s.undecoded/s.zero
 }
 
 // storedBytes is the stored bytes per raw byte of an image held compressed.

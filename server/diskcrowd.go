@@ -42,11 +42,12 @@ func sharedDiskMayBind(r capacity.Result) bool {
 // diskCrowdWindow is the window: long enough that a stall of the disk (a
 // VM's host flushing, discards after a delete) weighs in it about as much
 // as in a cast. In the demo a fifth of a second measured 355-502 MB/s in
-// 3 of 16 joins, where the casts that followed wrote 1.2 GB/s; 0.4 s
-// measured 1.7-3.1 GB/s in 8 of 8.
+// 3 of 16 joins, where the casts that followed wrote 1.2 GB/s; 0.3 s
+// measured 1.4-2.7 GB/s in 8 of 8 (and 0.4 s, 1.7-3.1), within what the
+// join may take (3 s for 24 nodes).
 const (
 	diskCrowdSettle = 50 * time.Millisecond
-	diskCrowdWindow = 400 * time.Millisecond
+	diskCrowdWindow = 300 * time.Millisecond
 )
 
 // sharedDisks returns the nodes of every machine that two or more of them

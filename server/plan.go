@@ -45,9 +45,11 @@ func Options(p probe.Profile, frameSize int) capacity.Options {
 		FrameBytes:   int64(frameSize),
 		ZeroFraction: min(p.ZeroFraction, 0.999),
 		HoleFraction: min(p.HoleFraction, p.ZeroFraction, 0.999),
-		Compression:  capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
-		Stored:       &capacity.Compression{Factor: 1},
-		Pieces:       pieces(p),
+		// Only a stored image's: sent as stored, a node skips these.
+		UndecodedFraction: min(max(p.RLESkipped, 0), p.ZeroFraction, 0.999),
+		Compression:       capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
+		Stored:            &capacity.Compression{Factor: 1},
+		Pieces:            pieces(p),
 	}
 	if p.Encoding.Compressed() {
 		opt.Stored = &capacity.Compression{Codec: p.Encoding.String(), Factor: p.Factor}
