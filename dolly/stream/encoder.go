@@ -199,7 +199,11 @@ func (e *Encoder) Next() (Chunk, error) {
 
 // fill reads the next buffer and queues its segments.
 func (e *Encoder) fill() error {
-	want := len(e.buf)
+	// Up to the next multiple of the frame size: after a hole that ends
+	// within one, frames keep to the grid, and a frame of the default size
+	// is one block of the digest, whose CRC a node takes from the frame's
+	// without reading its payload again (imaging.Digester.WriteCRC).
+	want := len(e.buf) - int(e.off%int64(len(e.buf)))
 	if e.total >= 0 {
 		want = int(min(int64(want), e.total-e.off))
 	}

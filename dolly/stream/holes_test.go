@@ -27,6 +27,7 @@ func TestSparseImageHolesAreNotRead(t *testing.T) {
 		{"holes around data", 9 * mib, []piece{{2 * mib, mib}, {5*mib + 100, 3000}}, 6 * mib},
 		{"data at both ends", 6*mib + 123, []piece{{0, 70000}, {6 * mib, 123}}, 5 * mib},
 		{"short holes read as data", 3 * mib, []piece{{0, mib}, {mib + 32<<10, mib}, {2*mib + 64<<10, 1000}}, 0},
+		{"a hole ending within a frame", 4 * mib, []piece{{mib + 12<<10, 2 * mib}}, mib},
 		{"all hole", 4*mib + 4096, nil, 4 * mib},
 		{"no hole", 2*mib + 5, []piece{{0, 2*mib + 5}}, 0},
 	}
@@ -87,6 +88,12 @@ func TestSparseImageHolesAreNotRead(t *testing.T) {
 				}
 				if f.Kind == FrameData {
 					data += f.Length
+					// Frames keep to the grid of the frame size, holes or
+					// not: a node then takes a digest block's CRC from
+					// the frames' (the default frame is one block).
+					if fs := int64(h.FrameSize); f.Offset/fs != (f.Offset+f.Length-1)/fs {
+						t.Errorf("data frame at %d of %d bytes spans two frames of the grid", f.Offset, f.Length)
+					}
 				}
 			}
 			if data > tt.size-tt.unread {
