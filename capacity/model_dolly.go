@@ -13,7 +13,8 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 // those to the child sockets: the kernel moves page references, no byte is
 // copied by the CPU. One more pipe takes the node's own copy, which it
 // read(2)s (one copy), checks frame by frame with CRC32C (one read pass
-// over the bytes as sent) and write(2)s to the target (one copy into the
+// over the bytes as sent, made on each round as it lands, in the cache)
+// and write(2)s to the target (one copy into the
 // page cache, then the disk's DMA). The content digest of a raw stream is
 // made of the frames' CRCs, no pass of its own. Zero runs are neither sent
 // nor written: the node zeroes the range. A compressed stream is forwarded

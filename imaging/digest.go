@@ -32,6 +32,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // CRC32C returns the Castagnoli CRC of p, the per-frame check of the stream.
 func CRC32C(p []byte) uint32 { return crc32.Checksum(p, castagnoli) }
 
+// CRC32CUpdate returns the CRC-32C of the bytes crc was of, followed by p.
+func CRC32CUpdate(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
+
 // zeroBlockCRC is the CRC-32C of a whole block of zeros, computed once.
 var zeroBlockCRC = sync.OnceValue(func() uint32 {
 	crc := uint32(0)
@@ -83,6 +86,32 @@ func (d *Digester) WriteCRC(p []byte, crc uint32) {
 		d.advance(len(head))
 		p = rest
 	}
+}
+
+// WriteSplitCRC feeds the next bytes p, the image's from offset off on,
+// given the CRC-32Cs of their parts split where digest blocks end: none of
+// p is read. It feeds nothing and returns false unless off is where the
+// digest stands and the parts are as many as p has.
+func (d *Digester) WriteSplitCRC(p []byte, off int64, pieces []uint32) bool {
+	if off != d.total || len(pieces) != blocksSpanned(d.fill, len(p)) {
+		return false
+	}
+	for _, crc := range pieces {
+		k := min(len(p), DigestBlock-d.fill)
+		d.crc = CRC32CCombine(d.crc, crc, int64(k))
+		d.advance(k)
+		p = p[k:]
+	}
+	return true
+}
+
+// blocksSpanned is how many digest blocks n bytes touch, from fill bytes
+// into one.
+func blocksSpanned(fill, n int) int {
+	if n == 0 {
+		return 0
+	}
+	return (fill+n-1)/DigestBlock + 1
 }
 
 // WriteZeros feeds n zero bytes without touching memory.

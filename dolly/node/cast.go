@@ -32,7 +32,9 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	n.initial = a.Children
 	// The node serves children that come late (their upstream died) from
 	// its history for as long as it is up.
-	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir, History: n.history})
+	n.sums = stream.NewPayloadSums()
+	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir, History: n.history,
+		Observe: n.sums.Observe})
 	if err != nil {
 		return Result{}, n.fail(err.Error())
 	}
@@ -165,6 +167,7 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 	n.tg = tg
 	n.mu.Unlock()
 	hooks := stream.Hooks{
+		Sums:    n.sums,
 		EndSeen: n.relay.EndSeen,
 		TargetFailed: func(err error) {
 			n.log.Error("target failed; relaying on for the nodes downstream", "err", err)

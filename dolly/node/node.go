@@ -129,10 +129,13 @@ type node struct {
 	targetSize int64
 	// used is the image's block map from the welcome: free ranges need
 	// not be zeroed. nil: every zero run is zeroed.
-	used     *blockmap.Map
-	probed   probesReceived // the bandwidth probes this node received
-	relay    *relay.Relay
-	history  []byte // memory for the relay's history, mapped (relay.NewHistory)
+	used    *blockmap.Map
+	probed  probesReceived // the bandwidth probes this node received
+	relay   *relay.Relay
+	history []byte // memory for the relay's history, mapped (relay.NewHistory)
+	// sums are the payloads' CRCs, computed as the relay takes them in;
+	// started with the first header.
+	sums     *stream.PayloadSums
 	encoding string // how the stream travels, from the assignment
 	counters stream.Counters
 	start    time.Time

@@ -190,6 +190,8 @@ func (n *node) checkHeader(h stream.StreamHeader) (isFirst bool, err error) {
 			return false, fmt.Errorf("stream does not match the cast (%s %d bytes, want %s %d)", h.Encoding, h.ImageSize, n.encoding, n.welcome.ImageSize)
 		}
 		n.header = &h
+		// Before the relay has its first upstream: no byte has come yet.
+		n.sums.Start(h, n.frameKey)
 		close(n.headerSet)
 		n.firstHeader <- h
 		return true, nil

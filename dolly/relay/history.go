@@ -35,6 +35,8 @@ type history struct {
 	// none); see Lend.
 	lent  int64
 	spare []byte // for a loan that cannot be made in place
+	// observe sees each byte put, before the reader can (Config.Observe).
+	observe func([]byte)
 }
 
 // historySize is how far back a node can serve a child that lost its
@@ -84,6 +86,9 @@ func (h *history) put(limit int, read func([]byte) (int, error)) (int, error) {
 	h.mu.Unlock()
 
 	n, err := read(h.buf[at : at+k])
+	if h.observe != nil && n > 0 {
+		h.observe(h.buf[at : at+int64(n)])
+	}
 
 	h.mu.Lock()
 	h.end += int64(n)

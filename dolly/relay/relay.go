@@ -135,6 +135,11 @@ type Config struct {
 	// cast (and perhaps used by a relay that has stopped: a probe's). Its
 	// length is the history's size; nil allocates HistorySize bytes.
 	History []byte
+	// Observe, if set, sees every stream byte once, in order, as it
+	// enters the history and before the node's reader can have it: while
+	// it is still in the CPU's cache (see stream.PayloadSums). It runs on
+	// the relay's goroutine, so it must be quick.
+	Observe func(p []byte)
 }
 
 // NewHistory returns memory for a relay's history of the default size, for
@@ -179,6 +184,7 @@ func New(cfg Config) (*Relay, error) {
 			return nil, err
 		}
 	}
+	r.hist.observe = cfg.Observe
 	if cfg.NoLocalCopy {
 		r.hist.stopReading()
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -322,6 +324,63 @@ func TestRelayCountsTheWaitForItsUpstream(t *testing.T) {
 			up.Write([]byte{1})
 			up.CloseWrite()
 			h.wait()
+		})
+	}
+}
+
+// Observe sees every stream byte once, in order, and before the node's
+// reader can have it: through splice and copies, a short tee and a new
+// upstream after the first died.
+func TestRelayObservesEveryByteBeforeTheReader(t *testing.T) {
+	data := randomBytes(11<<20+3, 9)
+	for mode, noSplice := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			var seen bytes.Buffer
+			var observed atomic.Int64
+			r, err := New(Config{NoSplice: noSplice, Observe: func(p []byte) {
+				seen.Write(p)
+				observed.Add(int64(len(p)))
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.teeLimit = 1000
+			h := &relayHarness{t: t, r: r, ctx: t.Context(), done: make(chan error, 1)}
+			go func() { h.done <- r.Run(h.ctx) }()
+			early := make(chan string, 1)
+			go func() {
+				b := make([]byte, 64<<10)
+				var got int64
+				for got < int64(len(data)) {
+					n, err := r.Reader().Read(b)
+					if got += int64(n); observed.Load() < got {
+						early <- fmt.Sprintf("the reader had %d bytes, Observe only %d", got, observed.Load())
+						return
+					}
+					if err != nil {
+						early <- err.Error()
+						return
+					}
+				}
+				r.EndSeen()
+				early <- ""
+			}()
+			kid, _ := h.child("kid", 0)
+			up, _ := h.upstream()
+			cut := 4<<20 + 77
+			up.Write(data[:cut])
+			up.Close()
+			<-h.r.Events()
+			up2, pos := h.upstream()
+			go func() { writeUneven(up2, data[pos:], 4); up2.CloseWrite() }()
+			if msg := <-early; msg != "" {
+				t.Fatal(msg)
+			}
+			h.wait()
+			expect(t, "the child", kid, data)
+			if !bytes.Equal(seen.Bytes(), data) {
+				t.Fatalf("Observe saw %d bytes, not the stream's %d", seen.Len(), len(data))
+			}
 		})
 	}
 }

@@ -214,6 +214,9 @@ type Frame struct {
 	CRC    uint32
 	// Payload holds the data of a data frame.
 	Payload []byte
+	// pieces, when known, are the CRC-32Cs of a raw payload's parts split
+	// where the image's digest blocks end (see payloadSum).
+	pieces []uint32
 }
 
 // End is what the end frame carries.
@@ -270,6 +273,10 @@ type FrameReader struct {
 	seq     uint64
 	off     int64 // next expected offset
 	done    bool
+	// pos is the stream offset of the next byte read; sums, if set, has
+	// the payloads' CRCs computed as they arrived (see PayloadSums).
+	pos  int64
+	sums *PayloadSums
 }
 
 // NewFrameReader reads the frames that follow header h from r. key is the
@@ -308,6 +315,26 @@ func (fr *FrameReader) body(n int) ([]byte, error) {
 	return b, err
 }
 
+// payloadCRC is the CRC-32C of f's payload p, at stream offset at: the
+// sum computed as it arrived where there is one that matches f's, with
+// its pieces, else computed now. A sum that does not match is not trusted
+// to fail the frame: the payload itself is read.
+func (fr *FrameReader) payloadCRC(p []byte, at int64, f Frame) (uint32, []uint32) {
+	if fr.sums != nil {
+		sum, ok := fr.sums.take(at, int64(len(p)))
+		if ok && sum.crc == f.CRC {
+			if sum.image != f.Offset {
+				sum.pieces = nil
+			}
+			return sum.crc, sum.pieces
+		}
+		if ok {
+			fr.sums.fail() // out of step with the frames: no more of them
+		}
+	}
+	return imaging.CRC32C(p), nil
+}
+
 // ErrTruncated means the stream ended before its end frame.
 var ErrTruncated = errors.New("stream ended before its end frame")
 
@@ -323,6 +350,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 		}
 		return Frame{}, fmt.Errorf("frame %d: %w", fr.seq, err)
 	}
+	fr.pos += FrameHeaderLen
 	f, err := parseFrameHeader(hdr)
 	if err != nil {
 		return f, fmt.Errorf("frame %d: %w", fr.seq, err)
@@ -360,15 +388,14 @@ func (fr *FrameReader) Next() (Frame, error) {
 			return f, fmt.Errorf("frame %d: %d bytes at offset %d run past the end (%d)", fr.seq, f.Length, f.Offset, fr.limit())
 		}
 	}
-	n := 0
-	if f.Kind == FrameData || f.Kind == FrameEnd {
-		n = int(f.Length)
-	}
+	n := int(payloadLen(f))
 	rest := n
 	if fr.key != nil {
 		rest += fr.h.trailerLen()
 	}
+	at := fr.pos
 	body, err := fr.body(rest)
+	fr.pos += int64(rest)
 	if err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			err = ErrTruncated
@@ -382,10 +409,11 @@ func (fr *FrameReader) Next() (Frame, error) {
 	}
 	if f.Kind == FrameData || f.Kind == FrameEnd {
 		p := body[:n]
-		if got := imaging.CRC32C(p); got != f.CRC {
+		got, pieces := fr.payloadCRC(p, at, f)
+		if got != f.CRC {
 			return f, fmt.Errorf("frame %d (%s, offset %d, %d bytes): payload checksum mismatch (got %08x, want %08x)", fr.seq, f.Kind, f.Offset, f.Length, got, f.CRC)
 		}
-		f.Payload = p
+		f.Payload, f.pieces = p, pieces
 	}
 	fr.seq++
 	if f.Kind == FrameEnd {

@@ -28,6 +28,10 @@ type Hooks struct {
 	EndSeen func()
 	// TargetFailed is called once, when the target first fails.
 	TargetFailed func(error)
+	// Sums, if set, has the payloads' CRCs, computed as the relay took
+	// the bytes in (relay.Config.Observe), so that checking a payload
+	// need not read it again.
+	Sums *PayloadSums
 }
 
 // Receive reads the verified frames that follow header h from r and writes
@@ -68,7 +72,9 @@ func receive(r io.Reader, h StreamHeader, key *FrameKey, w imaging.BlockWriter, 
 		c = new(Counters)
 	}
 	fw := &firstError{w: w, failed: hooks.TargetFailed}
-	src := &frameSource{fr: NewFrameReader(r, h, key), c: c, stored: stored, endSeen: hooks.EndSeen}
+	fr := NewFrameReader(r, h, key)
+	fr.sums = hooks.Sums
+	src := &frameSource{fr: fr, c: c, stored: stored, endSeen: hooks.EndSeen}
 	var (
 		d   imaging.Digest
 		err error
@@ -278,7 +284,10 @@ func receiveRaw(src *frameSource, w imaging.BlockWriter, c *Counters) (imaging.D
 			if _, err := w.WriteAt(f.Payload, f.Offset); err != nil {
 				return d.Sum(), err
 			}
-			d.WriteCRC(f.Payload, f.CRC) // verified: the digest need not read it again
+			// Verified: the digest need not read it again.
+			if f.pieces == nil || !d.WriteSplitCRC(f.Payload, f.Offset, f.pieces) {
+				d.WriteCRC(f.Payload, f.CRC)
+			}
 		case FrameZero:
 			if err := w.ZeroRange(f.Offset, f.Length); err != nil {
 				return d.Sum(), err
