@@ -98,7 +98,10 @@ func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, m
 // once, so that the join waits for one setting up, not two; then each is
 // pushed in a round of its own, alone on the machine. It returns what it
 // found by machine, with notes for the preview.
-func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bool) (map[string]crowd, map[string]diskCrowd, []string) {
+//
+// binds says whether a shared disk binds the plan chosen with such
+// figures; such a disk is measured twice (see doubtedDisks).
+func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bool, binds func(map[string]crowd, map[string]diskCrowd) bool) (map[string]crowd, map[string]diskCrowd, []string) {
 	crowded, alone := s.crowdedMachines(ready)
 	var shared map[string][]*nodeState
 	if disks {
@@ -162,9 +165,65 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
 	}})[0]
 	found, diskNotes := diskCrowds(wrote, diskGoing)
-	notes = append(notes, diskNotes...)
+	if doubted := doubtedDisks(found, diskGoing, len(found) > 0 && binds(crowds, found)); len(doubted) > 0 {
+		again, _ := s.measureDisksAgain(ctx, doubted, &id)
+		for m, d := range again {
+			d = betterWindow(found[m], d)
+			found[m], diskNotes[m] = d, d.note(doubted[m])
+		}
+	}
+	for _, note := range diskNotes {
+		notes = append(notes, note)
+	}
 	slices.Sort(notes)
 	return crowds, found, notes
+}
+
+// doubtedDisks returns the machines whose shared disk is measured again:
+// all of them when one binds the plan (binding), else those that took
+// less from all their nodes at once than one writer alone. A VM host's
+// disk stalls now and then, and a window of a third of a second that
+// caught a stall holds the cast to it: in the demo 3 windows of 26 took
+// 1.0-1.3 GB/s, and the casts that followed wrote 1.5. A disk that seeks
+// among its writers takes as little the second time.
+func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, binding bool) map[string][]*nodeState {
+	doubted := map[string][]*nodeState{}
+	for m, d := range found {
+		if binding || d.rate < loneWriteRate(machines[m]) {
+			doubted[m] = machines[m]
+		}
+	}
+	return doubted
+}
+
+// betterWindow is what the model takes of a disk measured twice: the
+// better window, and what the first took if it was not.
+func betterWindow(first, second diskCrowd) diskCrowd {
+	if second.rate > first.rate {
+		second.first = first.rate
+		return second
+	}
+	return first
+}
+
+// measureDisksAgain measures the disks of machines in a crowd once more,
+// set up and pushed as the first time (id numbers the probes). A seeking
+// disk takes as little again; a stall seldom lasts into a second window,
+// and the better of the two is what the disk takes over a cast.
+func (s *Server) measureDisksAgain(ctx context.Context, machines map[string][]*nodeState, id *uint64) (map[string]diskCrowd, map[string]string) {
+	ids := map[*nodeState]uint64{}
+	prepared := s.crowdRound(ctx, crowdAsk{machines, func(n *nodeState) control.CrowdProbe {
+		*id++
+		ids[n] = *id
+		return control.CrowdProbe{ID: *id, Disk: true}
+	}})[0]
+	var ignored []string // the first window's figure stands
+	going := prepared.going(machines, "", &ignored)
+	wrote := s.crowdRound(ctx, crowdAsk{going, func(n *nodeState) control.CrowdProbe {
+		return control.CrowdProbe{ID: ids[n], Disk: true, Go: true,
+			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
+	}})[0]
+	return diskCrowds(wrote, going)
 }
 
 // crowdAnswers are the answers of one round of crowd probes.

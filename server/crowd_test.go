@@ -2,8 +2,10 @@ package server
 
 import (
 	"dolly/dolly/control"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"dolly/capacity"
@@ -64,24 +66,27 @@ func TestUnusedDecoders(t *testing.T) {
 }
 
 // A shared disk is measured in a crowd only where one writer's figure puts
-// it within diskDoubt of the plan's rate.
+// it within diskDoubt of the plan's rate, and measured twice where it binds.
 func TestSharedDiskMayBind(t *testing.T) {
 	disk := func(bound float64) capacity.Constraint {
 		return capacity.Constraint{Kind: capacity.MachineDiskLimit, Coef: 24, Cap: 24 * bound}
 	}
 	tests := []struct {
-		name string
-		r    capacity.Result
-		want bool
+		name        string
+		r           capacity.Result
+		want, binds bool
 	}{
-		{"the disk binds", capacity.Result{Rate: 69e6, Constraints: []capacity.Constraint{disk(69e6)}}, true},
-		{"the disk within 3x", capacity.Result{Rate: 100e6, Constraints: []capacity.Constraint{disk(250e6)}}, true},
-		{"the disk far above", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{disk(80e6)}}, false},
-		{"no shared disk", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{{Kind: capacity.DiskLimit, Coef: 1, Cap: 13e6}}}, false},
+		{"the disk binds", capacity.Result{Rate: 69e6, Constraints: []capacity.Constraint{disk(69e6)}}, true, true},
+		{"the disk within 3x", capacity.Result{Rate: 100e6, Constraints: []capacity.Constraint{disk(250e6)}}, true, false},
+		{"the disk far above", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{disk(80e6)}}, false, false},
+		{"no shared disk", capacity.Result{Rate: 12e6, Constraints: []capacity.Constraint{{Kind: capacity.DiskLimit, Coef: 1, Cap: 12e6}}}, false, false},
 	}
 	for _, tt := range tests {
 		if got := sharedDiskMayBind(tt.r); got != tt.want {
-			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+			t.Errorf("%s: may bind %v, want %v", tt.name, got, tt.want)
+		}
+		if got := sharedDiskBinds(tt.r); got != tt.binds {
+			t.Errorf("%s: binds %v, want %v", tt.name, got, tt.binds)
 		}
 	}
 }
@@ -114,6 +119,47 @@ func TestCrowdOnDisk(t *testing.T) {
 		}
 		if got := d.cpu * 1e6; math.Abs(got-tt.cpuPerMB) > 1e-12 {
 			t.Errorf("%s: %v s of CPU per MB, want %v", tt.name, got, tt.cpuPerMB)
+		}
+	}
+}
+
+// A shared disk that binds the plan, or took less from all its nodes at
+// once than one writer alone, is measured again, and the better window stands: a stall that
+// caught the first does not hold the cast to it, and a disk that seeks
+// among its writers takes as little in both.
+func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
+	nodes := func(alone float64) []*nodeState {
+		return []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: alone}}, {name: "b"}}
+	}
+	machines := map[string][]*nodeState{"fast": nodes(1.4e9), "stalled": nodes(1.4e9), "unmeasured": nodes(0)}
+	found := map[string]diskCrowd{"fast": {rate: 2.5e9}, "stalled": {rate: 1.0e9}, "unmeasured": {rate: 1.0e9}}
+	doubted := doubtedDisks(found, machines, false)
+	if len(doubted) != 1 || doubted["stalled"] == nil {
+		t.Fatalf("doubted %v, want the stalled disk alone", slices.Collect(maps.Keys(doubted)))
+	}
+	// A disk that binds the plan rests it on one short window: all are
+	// measured again.
+	if doubted := doubtedDisks(found, machines, true); len(doubted) != len(found) {
+		t.Fatalf("doubted %v where a disk binds the plan, want all", slices.Collect(maps.Keys(doubted)))
+	}
+	tests := []struct {
+		name          string
+		first, second diskCrowd
+		want          diskCrowd
+		note          string
+	}{
+		{"a stall in the first window", diskCrowd{rate: 1.0e9}, diskCrowd{rate: 1.6e9, cpu: 4e-10},
+			diskCrowd{rate: 1.6e9, cpu: 4e-10, first: 1.0e9}, "took 1600.0 MB/s in all, which the model shares out among them (the better of two windows: the first took 1000.0"},
+		{"a disk that seeks", diskCrowd{rate: 0.3e9}, diskCrowd{rate: 0.25e9},
+			diskCrowd{rate: 0.3e9}, "took 300.0 MB/s in all, which the model shares out among them"},
+	}
+	for _, tt := range tests {
+		got := betterWindow(tt.first, tt.second)
+		if got != tt.want {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
+		if note := got.note(machines["stalled"]); !strings.Contains(note, tt.note) {
+			t.Errorf("%s: note %q, want it to say %q", tt.name, note, tt.note)
 		}
 	}
 }

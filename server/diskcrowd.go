@@ -35,6 +35,17 @@ func sharedDiskMayBind(r capacity.Result) bool {
 	return false
 }
 
+// sharedDiskBinds says whether a shared disk bounds r's rate (within a
+// twentieth): the plan's figure then rests on its one short window.
+func sharedDiskBinds(r capacity.Result) bool {
+	for _, c := range r.Constraints {
+		if c.Kind == capacity.MachineDiskLimit && c.Coef > 0 && c.Bound() < 1.05*r.Rate {
+			return true
+		}
+	}
+	return false
+}
+
 // diskCrowdSettle is how long after the order to write the window opens:
 // the orders go out one by one, and each node must be writing before any
 // counts; each node then also waits for its own write-behind to be full
@@ -82,28 +93,36 @@ func (s *Server) sharedDisks(ready []*nodeState) map[string][]*nodeState {
 }
 
 // diskCrowds is what the shared disks of machines took from their nodes
-// writing at once, by machine, with notes for the preview.
-func diskCrowds(wrote crowdAnswers, machines map[string][]*nodeState) (map[string]diskCrowd, []string) {
+// writing at once, with a note for the preview, by machine.
+func diskCrowds(wrote crowdAnswers, machines map[string][]*nodeState) (map[string]diskCrowd, map[string]string) {
 	disks := map[string]diskCrowd{}
-	var notes []string
+	notes := map[string]string{}
 	for m, nodes := range machines {
 		if why := wrote.missing(m, nodes); why != "" {
-			notes = append(notes, "disk: "+why)
+			notes[m] = "disk: " + why
 			continue
 		}
 		d := crowdOnDisk(wrote.results[m])
 		if d.rate <= 0 {
-			notes = append(notes, fmt.Sprintf("the %s on one machine wrote nothing to their disk in %v: the model counts what one measured alone", plural(len(nodes), "node"), diskCrowdWindow))
+			notes[m] = fmt.Sprintf("the %s on one machine wrote nothing to their disk in %v: the model counts what one measured alone", plural(len(nodes), "node"), diskCrowdWindow)
 			continue
 		}
 		disks[m] = d
-		note := fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(d.rate))
-		if alone := loneWriteCost(nodes); d.cpu > alone && alone > 0 {
-			note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
-		}
-		notes = append(notes, note)
+		notes[m] = d.note(nodes)
 	}
 	return disks, notes
+}
+
+// note says what the model takes from d, measured by nodes.
+func (d diskCrowd) note(nodes []*nodeState) string {
+	note := fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(d.rate))
+	if d.first > 0 {
+		note += fmt.Sprintf(" (the better of two windows: the first took %s, less than one writer alone)", mbps(d.first))
+	}
+	if alone := loneWriteCost(nodes); d.cpu > alone && alone > 0 {
+		note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
+	}
+	return note
 }
 
 // diskCrowd is what a shared disk's nodes measured writing at once.
@@ -112,6 +131,9 @@ type diskCrowd struct {
 	// cpu is the machine's busy time per byte meanwhile (all cores and
 	// kernel threads), in seconds; 0 if unknown.
 	cpu float64
+	// first is the rate of a first window that took less than one writer
+	// alone, when a second was measured (see doubtedDisks); 0 otherwise.
+	first float64
 }
 
 // crowdOnDisk sums what the nodes of one machine wrote in the window. Each
@@ -133,6 +155,17 @@ func crowdOnDisk(results []control.NetResult) diskCrowd {
 		d.cpu = busy[len(busy)/2] / float64(bytes)
 	}
 	return d
+}
+
+// loneWriteRate is the rate the node probing the machine of nodes
+// measured writing its target alone; 0 if none did.
+func loneWriteRate(nodes []*nodeState) float64 {
+	for _, n := range nodes {
+		if n.probe != nil && n.probe.DiskWriteBytesPerSec > 0 {
+			return n.probe.DiskWriteBytesPerSec
+		}
+	}
+	return 0
 }
 
 // loneWriteCost is the CPU time per byte of the writes that the node

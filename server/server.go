@@ -394,7 +394,12 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 		var crowdNotes []string
 		t := time.Now()
-		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks)
+		binds := func(crowds map[string]crowd, disks map[string]diskCrowd) bool {
+			f := figs
+			f.crowds, f.disks = crowds, disks
+			return sharedDiskBinds(s.choose(ctx, ready, f).Result)
+		}
+		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks, binds)
 		if len(crowdNotes) > 0 { // measured something
 			sum.JoinParts.Shared = time.Since(t)
 		}
