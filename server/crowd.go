@@ -166,8 +166,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 	}})[0]
 	found, diskNotes := diskCrowds(wrote, diskGoing)
 	if doubted := doubtedDisks(found, diskGoing, len(found) > 0 && binds(crowds, found)); len(doubted) > 0 {
-		again, _ := s.measureDisksAgain(ctx, doubted, &id)
-		for m, d := range again {
+		for m, d := range s.measureDisksAgain(ctx, doubted, &id) {
 			d = betterWindow(found[m], d)
 			found[m], diskNotes[m] = d, d.note(doubted[m])
 		}
@@ -189,7 +188,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, binding bool) map[string][]*nodeState {
 	doubted := map[string][]*nodeState{}
 	for m, d := range found {
-		if binding || d.rate < loneWriteRate(machines[m]) {
+		if alone, _ := loneWriter(machines[m]); binding || d.rate < alone {
 			doubted[m] = machines[m]
 		}
 	}
@@ -210,20 +209,21 @@ func betterWindow(first, second diskCrowd) diskCrowd {
 // set up and pushed as the first time (id numbers the probes). A seeking
 // disk takes as little again; a stall seldom lasts into a second window,
 // and the better of the two is what the disk takes over a cast.
-func (s *Server) measureDisksAgain(ctx context.Context, machines map[string][]*nodeState, id *uint64) (map[string]diskCrowd, map[string]string) {
+func (s *Server) measureDisksAgain(ctx context.Context, machines map[string][]*nodeState, id *uint64) map[string]diskCrowd {
 	ids := map[*nodeState]uint64{}
 	prepared := s.crowdRound(ctx, crowdAsk{machines, func(n *nodeState) control.CrowdProbe {
 		*id++
 		ids[n] = *id
 		return control.CrowdProbe{ID: *id, Disk: true}
 	}})[0]
-	var ignored []string // the first window's figure stands
-	going := prepared.going(machines, "", &ignored)
+	var failed []string // where it failed, the first window stands
+	going := prepared.going(machines, "", &failed)
 	wrote := s.crowdRound(ctx, crowdAsk{going, func(n *nodeState) control.CrowdProbe {
 		return control.CrowdProbe{ID: ids[n], Disk: true, Go: true,
 			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
 	}})[0]
-	return diskCrowds(wrote, going)
+	found, _ := diskCrowds(wrote, going) // where it failed, the first window stands
+	return found
 }
 
 // crowdAnswers are the answers of one round of crowd probes.

@@ -117,9 +117,9 @@ func diskCrowds(wrote crowdAnswers, machines map[string][]*nodeState) (map[strin
 func (d diskCrowd) note(nodes []*nodeState) string {
 	note := fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(d.rate))
 	if d.first > 0 {
-		note += fmt.Sprintf(" (the better of two windows: the first took %s, less than one writer alone)", mbps(d.first))
+		note += fmt.Sprintf(" (the better of two windows: the first took %s)", mbps(d.first))
 	}
-	if alone := loneWriteCost(nodes); d.cpu > alone && alone > 0 {
+	if _, alone := loneWriter(nodes); d.cpu > alone && alone > 0 {
 		note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
 	}
 	return note
@@ -131,8 +131,8 @@ type diskCrowd struct {
 	// cpu is the machine's busy time per byte meanwhile (all cores and
 	// kernel threads), in seconds; 0 if unknown.
 	cpu float64
-	// first is the rate of a first window that took less than one writer
-	// alone, when a second was measured (see doubtedDisks); 0 otherwise.
+	// first is the rate of a first window that took less than a second
+	// (see doubtedDisks); 0 when there was none, or it took more.
 	first float64
 }
 
@@ -157,24 +157,19 @@ func crowdOnDisk(results []control.NetResult) diskCrowd {
 	return d
 }
 
-// loneWriteRate is the rate the node probing the machine of nodes
-// measured writing its target alone; 0 if none did.
-func loneWriteRate(nodes []*nodeState) float64 {
+// loneWriter is what the node probing the machine of nodes measured
+// writing its target alone: the rate, and the CPU time per byte; 0 for
+// what none did.
+func loneWriter(nodes []*nodeState) (rate, cost float64) {
 	for _, n := range nodes {
-		if n.probe != nil && n.probe.DiskWriteBytesPerSec > 0 {
-			return n.probe.DiskWriteBytesPerSec
+		if p := n.probe; p != nil {
+			if rate == 0 {
+				rate = p.DiskWriteBytesPerSec
+			}
+			if cost == 0 && p.DiskWriteCPUBytesPerSec > 0 {
+				cost = 1 / p.DiskWriteCPUBytesPerSec
+			}
 		}
 	}
-	return 0
-}
-
-// loneWriteCost is the CPU time per byte of the writes that the node
-// probing the machine of nodes measured alone; 0 if none did.
-func loneWriteCost(nodes []*nodeState) float64 {
-	for _, n := range nodes {
-		if n.probe != nil && n.probe.DiskWriteCPUBytesPerSec > 0 {
-			return 1 / n.probe.DiskWriteCPUBytesPerSec
-		}
-	}
-	return 0
+	return rate, cost
 }
