@@ -150,7 +150,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	bottleneck := describeBinding(binding)
 	var stretches []Stretch
 	if len(opt.Pieces) > 0 {
-		rate, binding, bottleneck, stretches, err = pieceRate(opt.Pieces, st, limits)
+		rate, binding, bottleneck, stretches, err = pieceRate(opt.Pieces, st, limits, float64(opt.ImageBytes), float64(opt.AheadBytes))
 		if err != nil {
 			return Result{}, err
 		}
@@ -338,10 +338,12 @@ const minReasonShare = 0.05
 
 // pieceRate is the rate over the image's pieces: each piece takes its share
 // of the raw bytes at the rate its own stream allows, so the image's rate
-// is the share-weighted harmonic mean of theirs. The binding constraints
-// are those of the reason that takes the most time; the bottleneck names
-// each reason with its share of the time when there are several.
-func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, error)) (float64, []Constraint, string, []Stretch, error) {
+// is the share-weighted harmonic mean of theirs; or, when the nodes'
+// buffer (ahead stream bytes) lets the pieces overlap, the faster rate of
+// aheadRate, for an image of imageBytes. The binding constraints are those
+// of the reason that takes the most time piece by piece; the bottleneck
+// names each reason with its share of that time when there are several.
+func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, error), imageBytes, ahead float64) (float64, []Constraint, string, []Stretch, error) {
 	var total float64
 	for i, p := range pieces {
 		if err := p.check(); err != nil {
@@ -358,6 +360,7 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 	byText := map[string]*reason{}
 	var spent float64
 	stretches := make([]Stretch, 0, len(pieces))
+	costs := make([]pieceCost, 0, len(pieces))
 	for _, p := range pieces {
 		p.Share /= total
 		st.piece = &p
@@ -367,6 +370,7 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 		}
 		rate, binding := Solve(cs)
 		stretches = append(stretches, Stretch{Share: p.Share, Rate: rate})
+		costs = append(costs, costOf(p.Share, st.wire(), cs))
 		if math.IsInf(rate, 1) {
 			continue // nothing to send, write or decode: no time
 		}
@@ -387,6 +391,14 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 	if len(reasons) == 0 {
 		return math.Inf(1), nil, "", stretches, nil
 	}
+	rate := 1 / spent
+	if imageBytes > 0 && ahead > 0 {
+		// Never below the pieces in turn, which the slices' coarser
+		// steps can fall short of by a slice.
+		if r, s, ok := aheadRate(costs, imageBytes, ahead); ok && r > rate {
+			rate, stretches = r, s
+		}
+	}
 	slices.SortStableFunc(reasons, func(a, b *reason) int { return cmp.Compare(b.time, a.time) })
 	// Reasons that hold the cast up only briefly would crowd the line.
 	shown := 1
@@ -394,11 +406,11 @@ func pieceRate(pieces []Piece, st stream, limits func(stream) ([]Constraint, err
 		shown++
 	}
 	if shown == 1 {
-		return 1 / spent, reasons[0].binding, reasons[0].text, stretches, nil
+		return rate, reasons[0].binding, reasons[0].text, stretches, nil
 	}
 	parts := []string{fmt.Sprintf("%.0f%% of the time: %s", 100*reasons[0].time/spent, reasons[0].text)}
 	for _, r := range reasons[1:shown] {
 		parts = append(parts, fmt.Sprintf("%.0f%%: %s", 100*r.time/spent, r.text))
 	}
-	return 1 / spent, reasons[0].binding, strings.Join(parts, "; "), stretches, nil
+	return rate, reasons[0].binding, strings.Join(parts, "; "), stretches, nil
 }

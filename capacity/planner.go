@@ -56,6 +56,12 @@ type Options struct {
 	// not uniform; their shares weight their rates. The figures above stay
 	// the image's averages. Nil counts the image as uniform.
 	Pieces []Piece
+	// AheadBytes is how much of the stream a node holds between its link
+	// and its own work (a dolly relay's history): the links may run that
+	// far ahead of the decoding and writing, so that pieces overlap (see
+	// aheadRate). 0 takes the pieces in turn; so does an unknown
+	// ImageBytes.
+	AheadBytes int64
 	// Stored is how the source holds the image when that differs from a
 	// plan's stream: a raw image sent compressed is compressed on the fly,
 	// a compressed one sent raw is decompressed. Nil: stored as sent.

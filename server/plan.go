@@ -9,6 +9,7 @@ import (
 
 	"dolly/capacity"
 	"dolly/dolly/probe"
+	"dolly/dolly/relay"
 	"dolly/imaging"
 	"dolly/internal/natural"
 )
@@ -50,6 +51,7 @@ func Options(p probe.Profile, frameSize int) capacity.Options {
 		Compression:       capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
 		Stored:            &capacity.Compression{Factor: 1},
 		Pieces:            pieces(p),
+		AheadBytes:        relay.HistoryBytes,
 	}
 	if p.Encoding.Compressed() {
 		opt.Stored = &capacity.Compression{Codec: p.Encoding.String(), Factor: p.Factor}

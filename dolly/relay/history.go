@@ -39,9 +39,11 @@ type history struct {
 	observe func([]byte)
 }
 
-// historySize is how far back a node can serve a child that lost its
-// upstream: more than the bytes in flight over two hops.
-const historySize = 32 << 20
+// HistoryBytes is how far back a node can serve a child that lost its
+// upstream: more than the bytes in flight over two hops. It is also how far
+// a node's link may run ahead of its own reading (the capacity model's
+// Options.AheadBytes).
+const HistoryBytes = 32 << 20
 
 func newHistory(buf []byte) *history {
 	h := &history{buf: buf, holds: map[*int64]struct{}{}, lent: -1}

@@ -21,8 +21,8 @@ func minorFaults(t *testing.T) int64 {
 // a cast does, faults none of them in again.
 func TestNewHistoryIsMapped(t *testing.T) {
 	b := NewHistory()
-	if len(b) != historySize {
-		t.Fatalf("NewHistory: %d bytes, want %d", len(b), historySize)
+	if len(b) != HistoryBytes {
+		t.Fatalf("NewHistory: %d bytes, want %d", len(b), HistoryBytes)
 	}
 	page := os.Getpagesize()
 	pages := int64(len(b) / page)
@@ -35,7 +35,7 @@ func TestNewHistoryIsMapped(t *testing.T) {
 		t.Fatalf("writing a history from NewHistory faulted %d of its %d pages in", faults, pages)
 	}
 	// The same loop over fresh memory does fault: the check can fail.
-	fresh, err := unix.Mmap(-1, 0, historySize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	fresh, err := unix.Mmap(-1, 0, HistoryBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,7 +149,7 @@ type Config struct {
 // time. Made while the cast is being set up, the history costs the cast
 // nothing.
 func NewHistory() []byte {
-	b := make([]byte, historySize)
+	b := make([]byte, HistoryBytes)
 	page := os.Getpagesize()
 	for i := 0; i < len(b); i += page {
 		b[i] = 0
@@ -161,7 +161,7 @@ func NewHistory() []byte {
 func New(cfg Config) (*Relay, error) {
 	buf := cfg.History
 	if buf == nil {
-		buf = make([]byte, cmp.Or(cfg.HistorySize, historySize))
+		buf = make([]byte, cmp.Or(cfg.HistorySize, HistoryBytes))
 	}
 	r := &Relay{
 		hist:       newHistory(buf),

@@ -270,7 +270,7 @@ func TestRelayServesLateChildrenFromHistory(t *testing.T) {
 }
 
 func TestRelayRefusesWhatItNoLongerHolds(t *testing.T) {
-	data := randomBytes(historySize+(8<<20), 11)
+	data := randomBytes(HistoryBytes+(8<<20), 11)
 	h := startRelay(t, false, len(data))
 	up, _ := h.upstream()
 	go func() { up.Write(data); up.CloseWrite() }()

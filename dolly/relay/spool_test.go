@@ -12,7 +12,7 @@ import (
 // not hold them back, and then gets every byte from its spool: more than
 // the history, the pipes and the socket buffers could hold for it.
 func TestPacedChildHoldsNoOneBack(t *testing.T) {
-	data := randomBytes(historySize+(24<<20)+7, 21)
+	data := randomBytes(HistoryBytes+(24<<20)+7, 21)
 	for mode, noSplice := range modes() {
 		t.Run(mode, func(t *testing.T) {
 			h := startRelayWith(t, Config{NoSplice: noSplice, SpoolDir: t.TempDir()}, len(data))
@@ -112,7 +112,7 @@ func TestMostHeld(t *testing.T) {
 
 // A child that takes nothing holds the relay back, and Held says so.
 func TestHeldNamesTheChildThatHoldsBack(t *testing.T) {
-	data := randomBytes(historySize+(16<<20), 27)
+	data := randomBytes(HistoryBytes+(16<<20), 27)
 	h := startRelay(t, false, len(data))
 	eager, _ := h.child("eager", 0)
 	a, b := tcpPair(t)
@@ -147,7 +147,7 @@ func TestHeldNamesTheChildThatHoldsBack(t *testing.T) {
 // A paced child that lags more than the spool holds is dropped, and said
 // lost: the others go on.
 func TestPacedChildPastTheSpoolIsLost(t *testing.T) {
-	data := randomBytes(historySize+(16<<20), 29)
+	data := randomBytes(HistoryBytes+(16<<20), 29)
 	for mode, noSplice := range modes() {
 		t.Run(mode, func(t *testing.T) {
 			h := startRelayWith(t, Config{NoSplice: noSplice, SpoolDir: t.TempDir(), SpoolLimit: 4 << 20}, len(data))

@@ -1,0 +1,128 @@
+package capacity
+
+import "math"
+
+// A dolly node keeps what it has received and not yet written in its
+// relay's history, so the stream's way to it (the links, the switches, the
+// source's reading) may run ahead of its own work (decoding, checking,
+// writing) by as much as the history holds. Where a stretch of the image
+// that the nodes' work holds back (free space that a decoder fills)
+// comes before one that a link holds back (files), the link carries the
+// second while the nodes still work on the first: the two overlap, and the
+// cast takes less than their times added up. The other way round nothing
+// overlaps: the nodes cannot work on bytes that have not come.
+//
+// aheadRate models this as a line of two stages with a buffer between
+// them, the image cut into slices of an eighth of the buffer: the way in
+// receives a slice once the one before is in and the buffer has room for
+// it (the slices it would no longer hold are written); the node works on
+// it as it comes in, once the slice before is written.
+
+// upstream reports whether c limits the stream's way to a node, which may
+// run ahead of the node's own work, rather than that work. A shared
+// machine's limits are the nodes' work: they run its relays too, whose
+// share of its cores the way in thus still pays for, in the machine's sum.
+func upstream(c Constraint) bool {
+	switch c.Kind {
+	case LinkLimit, BackplaneLimit, SourceRateLimit:
+		return true
+	case MachineCPULimit, MachineMemoryLimit, MachineDiskLimit:
+		return false
+	}
+	return c.Flow.Source
+}
+
+// pieceCost is what one piece of the image costs each stage, in seconds
+// per raw byte, and its stream bytes per raw byte.
+type pieceCost struct {
+	share    float64 // of the raw image
+	wire     float64
+	up, down float64
+}
+
+// costOf splits a piece's constraints into its two stages' times.
+func costOf(share, wire float64, cs []Constraint) pieceCost {
+	p := pieceCost{share: share, wire: wire}
+	for _, c := range cs {
+		b := c.Bound()
+		if math.IsInf(b, 1) {
+			continue
+		}
+		if upstream(c) {
+			p.up = max(p.up, 1/b)
+		} else {
+			p.down = max(p.down, 1/b)
+		}
+	}
+	return p
+}
+
+// sliceFraction is a slice's most stream bytes against the buffer, and
+// maxSlices bounds the slices of one image: past that, its pieces are so
+// much larger than the buffer that they barely overlap.
+const (
+	sliceFraction = 8
+	maxSlices     = 4096
+)
+
+// aheadRate is the rate over the pieces, in order, when the way in may run
+// ahead of the nodes' work by ahead stream bytes, for an image of
+// imageBytes raw bytes; with the stretches' rates as the nodes write them.
+// ok is false when the pieces are too large against the buffer to tell
+// (see maxSlices).
+func aheadRate(pieces []pieceCost, imageBytes, ahead float64) (rate float64, stretches []Stretch, ok bool) {
+	sliceWire := ahead / sliceFraction
+	type slice struct{ wire, up, down float64 }
+	var cut []slice
+	ends := make([]int, len(pieces)) // each piece's last slice + 1
+	for i, p := range pieces {
+		raw := p.share * imageBytes
+		k := max(1, int(math.Ceil(raw*p.wire/sliceWire)))
+		if len(cut)+k > maxSlices {
+			return 0, nil, false
+		}
+		r := raw / float64(k)
+		for range k {
+			cut = append(cut, slice{wire: r * p.wire, up: r * p.up, down: r * p.down})
+		}
+		ends[i] = len(cut)
+	}
+	// in[j] is when slice j is in, written[j] when the node has written it.
+	in, written := make([]float64, len(cut)), make([]float64, len(cut))
+	var held float64 // stream bytes of slices first..j
+	first := 0       // the oldest slice the buffer must still hold
+	for j, s := range cut {
+		held += s.wire
+		for first < j && held > ahead {
+			held -= cut[first].wire
+			first++
+		}
+		var prevIn, prevWritten, room float64
+		if j > 0 {
+			prevIn, prevWritten = in[j-1], written[j-1]
+		}
+		if first > 0 {
+			room = written[first-1]
+		}
+		// As a fluid: the node works on a slice as it comes in, so it
+		// is written once the node has done its work on it and once
+		// the last of it is in, whichever is later.
+		in[j] = max(prevIn, room) + s.up
+		written[j] = max(prevWritten+s.down, in[j])
+	}
+	total := written[len(cut)-1]
+	if !(total > 0) {
+		return math.Inf(1), nil, true
+	}
+	stretches = make([]Stretch, len(pieces))
+	var from float64
+	for i, p := range pieces {
+		to := written[ends[i]-1]
+		stretches[i] = Stretch{Share: p.share, Rate: math.Inf(1)}
+		if to > from {
+			stretches[i].Rate = p.share * imageBytes / (to - from)
+		}
+		from = to
+	}
+	return imageBytes / total, stretches, true
+}
