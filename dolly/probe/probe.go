@@ -113,6 +113,78 @@ func Run(ctx context.Context, cfg Config) Report {
 	} else {
 		r.NIC, r.NICBytesPerSec = nic, speed
 	}
+	// The disks are measured on a thread of their own while this one
+	// times the decoders, which count their own thread's CPU time: the
+	// probe, which the join waits for, takes the longer of the two rather
+	// than both. The memory, CRC and stream figures, which another thread's
+	// copying would slow (or, the streams', add to the process's CPU
+	// time), are timed once the disks are done.
+	disks := make(chan []string, 1)
+	var diskReport Report
+	go func() { disks <- probeDisks(ctx, cfg, &diskReport) }()
+	var decoderNotes []string
+	r.DecompressBytesPerSec = map[string]float64{}
+	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
+		if slices.Contains(cfg.SkipDecoders, enc.String()) {
+			continue
+		}
+		runtime.GC()
+		if enc == imaging.Zstd {
+			rate, rle, err := probeZstdDecode(cfg.Budget * 5 / 4)
+			if err != nil {
+				decoderNotes = append(decoderNotes, fmt.Sprintf("%s decompression: %v", enc, err))
+				continue
+			}
+			r.DecompressBytesPerSec[enc.String()], r.RLEDecodeBytesPerSec = rate, rle
+			continue
+		}
+		rate, err := probeDecompress(enc, cfg.Budget)
+		if err != nil {
+			decoderNotes = append(decoderNotes, fmt.Sprintf("%s decompression: %v", enc, err))
+			continue
+		}
+		r.DecompressBytesPerSec[enc.String()] = rate
+	}
+	r.Notes = append(r.Notes, <-disks...)
+	r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = diskReport.DiskWriteBytesPerSec, diskReport.DiskWriteCPUBytesPerSec
+	r.ZeroesByWriting, r.DiskReadBytesPerSec = diskReport.ZeroesByWriting, diskReport.DiskReadBytesPerSec
+
+	// One pair of buffers serves every memory measurement, so probing
+	// stays small next to a node's working set.
+	// Garbage from one step is collected before the next, so the peak is
+	// that of the largest step, not of them all.
+	runtime.GC()
+	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
+	StandardSample(src, 1)
+	// A copy and a checksum of 4 MiB take a millisecond or less: a fifth
+	// of the budget repeats them dozens of times, and the node joins
+	// sooner.
+	r.MemcpyBytesPerSec = measure(cfg.Budget/5, func() int { return copy(dst, src) })
+	r.DigestBytesPerSec = measure(cfg.Budget/5, func() int { imaging.CRC32C(src); return len(src) })
+	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, !cfg.SkipRelay, note)
+	dst = nil
+	r.Notes = append(r.Notes, decoderNotes...)
+	sample := src[:2<<20]
+	if cfg.Compress {
+		runtime.GC()
+		rate, err := probeCompress(sample, cfg.Budget)
+		if err != nil {
+			note("zstd compression: %v", err)
+		} else {
+			r.CompressBytesPerSec = map[string]float64{imaging.Zstd.String(): rate}
+		}
+	}
+	// Hand the buffers back before the cast needs the memory.
+	src, sample = nil, nil
+	debug.FreeOSMemory()
+	return r
+}
+
+// probeDisks measures the target's write rate and the image's read rate,
+// as cfg says, into r's disk figures, and returns the notes for them.
+func probeDisks(ctx context.Context, cfg Config, r *Report) []string {
+	var notes []string
+	note := func(format string, a ...any) { notes = append(notes, fmt.Sprintf(format, a...)) }
 	if cfg.Target != "" {
 		d, err := probeTargetWrite(ctx, cfg.Target, cfg.DiskBudget, cfg.Buffered)
 		if err != nil {
@@ -133,56 +205,7 @@ func Run(ctx context.Context, cfg Config) Report {
 			r.DiskReadBytesPerSec = rate
 		}
 	}
-	// One pair of buffers serves every memory measurement, so probing
-	// stays small next to a node's working set.
-	// Garbage from one step is collected before the next, so the peak is
-	// that of the largest step, not of them all.
-	runtime.GC()
-	src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
-	StandardSample(src, 1)
-	// A copy and a checksum of 4 MiB take a millisecond or less: a fifth
-	// of the budget repeats them dozens of times, and the node joins
-	// sooner.
-	r.MemcpyBytesPerSec = measure(cfg.Budget/5, func() int { return copy(dst, src) })
-	r.DigestBytesPerSec = measure(cfg.Budget/5, func() int { imaging.CRC32C(src); return len(src) })
-	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, !cfg.SkipRelay, note)
-	dst = nil
-	sample := src[:2<<20]
-	r.DecompressBytesPerSec = map[string]float64{}
-	for _, enc := range []imaging.Encoding{imaging.Zstd, imaging.Gzip} {
-		if slices.Contains(cfg.SkipDecoders, enc.String()) {
-			continue
-		}
-		runtime.GC()
-		if enc == imaging.Zstd {
-			rate, rle, err := probeZstdDecode(cfg.Budget * 5 / 4)
-			if err != nil {
-				note("%s decompression: %v", enc, err)
-				continue
-			}
-			r.DecompressBytesPerSec[enc.String()], r.RLEDecodeBytesPerSec = rate, rle
-			continue
-		}
-		rate, err := probeDecompress(enc, cfg.Budget)
-		if err != nil {
-			note("%s decompression: %v", enc, err)
-			continue
-		}
-		r.DecompressBytesPerSec[enc.String()] = rate
-	}
-	if cfg.Compress {
-		runtime.GC()
-		rate, err := probeCompress(sample, cfg.Budget)
-		if err != nil {
-			note("zstd compression: %v", err)
-		} else {
-			r.CompressBytesPerSec = map[string]float64{imaging.Zstd.String(): rate}
-		}
-	}
-	// Hand the buffers back before the cast needs the memory.
-	src, sample = nil, nil
-	debug.FreeOSMemory()
-	return r
+	return notes
 }
 
 // probeStreams measures what a TCP stream and (withRelay) a relay node's data path

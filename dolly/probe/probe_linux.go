@@ -25,10 +25,25 @@ import (
 // device unless buffered, through the page cache otherwise), then syncs. A
 // block device that is mounted or held by another program is left alone. A
 // missing file is measured by writing a temporary file next to it.
-func probeTargetWrite(ctx context.Context, path string, budget time.Duration, buffered bool) (diskProbe, error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return probeTempWrite(ctx, filepath.Dir(path), budget)
-	}
+//
+// Its CPU figure is this thread's time (and the kernel threads'), not the
+// process's: the node measures its CPU meanwhile, on another thread.
+func probeTargetWrite(ctx context.Context, path string, budget time.Duration, buffered bool) (d diskProbe, err error) {
+	OnOneThread(func(clock func() time.Duration) {
+		if clock() == 0 { // no thread clock here
+			clock = ProcessCPU
+		}
+		if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) {
+			d, err = probeTempWrite(ctx, filepath.Dir(path), budget, clock)
+			return
+		}
+		d, err = targetWrite(ctx, path, budget, buffered, clock)
+	})
+	return d, err
+}
+
+// targetWrite is probeTargetWrite's measurement, its CPU timed by clock.
+func targetWrite(ctx context.Context, path string, budget time.Duration, buffered bool, clock func() time.Duration) (diskProbe, error) {
 	t, err := openTarget(path, buffered)
 	if err != nil {
 		return diskProbe{}, err
@@ -95,7 +110,7 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 			}
 			unix.Fadvise(int(out.Fd()), off, n, unix.FADV_DONTNEED)
 			kernel.Since()
-			t, c := time.Now(), ProcessCPU()
+			t, c := time.Now(), clock()
 			for b := int64(0); b < n; b += probeBlock {
 				if _, err := out.WriteAt(buf[b:b+probeBlock], off+b); err != nil {
 					return fmt.Errorf("writing %s: %w", path, err)
@@ -112,19 +127,19 @@ func probeTargetWrite(ctx context.Context, path string, budget time.Duration, bu
 				}
 			}
 			if timed {
-				used := ProcessCPU() - c + kernel.Since()
+				used := clock() - c + kernel.Since()
 				spent, cpu = spent+time.Since(t), cpu+used
 				wrote += n
 				chunkCosts = append(chunkCosts, used.Seconds()/float64(n))
 			}
 		}
 		kernel.Since()
-		t, c := time.Now(), ProcessCPU()
+		t, c := time.Now(), clock()
 		if err := out.Sync(); err != nil {
 			return err
 		}
 		if timed {
-			spent, cpu = spent+time.Since(t), cpu+ProcessCPU()-c+kernel.Since()
+			spent, cpu = spent+time.Since(t), cpu+clock()-c+kernel.Since()
 		}
 		return nil
 	}
@@ -229,8 +244,9 @@ func rate(n int64, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// probeTempWrite measures a directory's write rate with a temporary file.
-func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (diskProbe, error) {
+// probeTempWrite measures a directory's write rate with a temporary file,
+// its CPU timed by clock.
+func probeTempWrite(ctx context.Context, dir string, budget time.Duration, clock func() time.Duration) (diskProbe, error) {
 	f, err := os.CreateTemp(dir, ".dolly-probe-*")
 	if err != nil {
 		return diskProbe{}, err
@@ -241,7 +257,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	StandardSample(buf, 3)
 	var wrote int64
 	kernel := FindKernelThreads()
-	start, c := time.Now(), ProcessCPU()
+	start, c := time.Now(), clock()
 	for wrote < 64<<20 && time.Since(start) < budget && ctx.Err() == nil {
 		if _, err := f.Write(buf); err != nil {
 			return diskProbe{}, err
@@ -251,7 +267,7 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration) (disk
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, ProcessCPU()-c+kernel.Since()),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, clock()-c+kernel.Since()),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", units.FormatBytes(wrote), dir)}, nil
 }
 
