@@ -166,7 +166,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 	}})[0]
 	found, diskNotes := diskCrowds(wrote, diskGoing)
 	if doubted := doubtedDisks(found, diskGoing, len(found) > 0 && binds(crowds, found)); len(doubted) > 0 {
-		for m, d := range s.measureDisksAgain(ctx, doubted, &id) {
+		for m, d := range s.measureDisksAgain(ctx, doubted, diskIDs) {
 			d = betterWindow(found[m], d)
 			found[m], diskNotes[m] = d, d.note(doubted[m])
 		}
@@ -196,33 +196,28 @@ func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, 
 }
 
 // betterWindow is what the model takes of a disk measured twice: the
-// better window, and what the first took if it was not.
+// better window, with what the other took.
 func betterWindow(first, second diskCrowd) diskCrowd {
 	if second.rate > first.rate {
-		second.first = first.rate
+		second.other = first.rate
 		return second
 	}
+	first.other = second.rate
 	return first
 }
 
 // measureDisksAgain measures the disks of machines in a crowd once more,
-// set up and pushed as the first time (id numbers the probes). A seeking
-// disk takes as little again; a stall seldom lasts into a second window,
-// and the better of the two is what the disk takes over a cast.
-func (s *Server) measureDisksAgain(ctx context.Context, machines map[string][]*nodeState, id *uint64) map[string]diskCrowd {
-	ids := map[*nodeState]uint64{}
-	prepared := s.crowdRound(ctx, crowdAsk{machines, func(n *nodeState) control.CrowdProbe {
-		*id++
-		ids[n] = *id
-		return control.CrowdProbe{ID: *id, Disk: true}
-	}})[0]
-	var failed []string // where it failed, the first window stands
-	going := prepared.going(machines, "", &failed)
-	wrote := s.crowdRound(ctx, crowdAsk{going, func(n *nodeState) control.CrowdProbe {
+// pushed as the first time through the paths the nodes set up then (ids
+// numbers them; a node keeps its path for another order until the join
+// ends). A seeking disk takes as little again; a stall seldom lasts into a
+// second window, and the better of the two is what the disk takes over a
+// cast.
+func (s *Server) measureDisksAgain(ctx context.Context, machines map[string][]*nodeState, ids map[*nodeState]uint64) map[string]diskCrowd {
+	wrote := s.crowdRound(ctx, crowdAsk{machines, func(n *nodeState) control.CrowdProbe {
 		return control.CrowdProbe{ID: ids[n], Disk: true, Go: true,
 			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
 	}})[0]
-	found, _ := diskCrowds(wrote, going) // where it failed, the first window stands
+	found, _ := diskCrowds(wrote, machines) // where it failed, the first window stands
 	return found
 }
 

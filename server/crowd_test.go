@@ -149,9 +149,9 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 		note          string
 	}{
 		{"a stall in the first window", diskCrowd{rate: 1.0e9}, diskCrowd{rate: 1.6e9, cpu: 4e-10},
-			diskCrowd{rate: 1.6e9, cpu: 4e-10, first: 1.0e9}, "took 1600.0 MB/s in all, which the model shares out among them (the better of two windows: the first took 1000.0)"},
+			diskCrowd{rate: 1.6e9, cpu: 4e-10, other: 1.0e9}, "took 1600.0 MB/s in all, which the model shares out among them (the better of two windows: the other took 1000.0)"},
 		{"a disk that seeks", diskCrowd{rate: 0.3e9}, diskCrowd{rate: 0.25e9},
-			diskCrowd{rate: 0.3e9}, "took 300.0 MB/s in all, which the model shares out among them"},
+			diskCrowd{rate: 0.3e9, other: 0.25e9}, "took 300.0 MB/s in all, which the model shares out among them (the better of two windows: the other took 250.0)"},
 	}
 	for _, tt := range tests {
 		got := betterWindow(tt.first, tt.second)

@@ -116,8 +116,8 @@ func diskCrowds(wrote crowdAnswers, machines map[string][]*nodeState) (map[strin
 // note says what the model takes from d, measured by nodes.
 func (d diskCrowd) note(nodes []*nodeState) string {
 	note := fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, which the model shares out among them", plural(len(nodes), "node"), mbps(d.rate))
-	if d.first > 0 {
-		note += fmt.Sprintf(" (the better of two windows: the first took %s)", mbps(d.first))
+	if d.other > 0 {
+		note += fmt.Sprintf(" (the better of two windows: the other took %s)", mbps(d.other))
 	}
 	if _, alone := loneWriter(nodes); d.cpu > alone && alone > 0 {
 		note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
@@ -131,9 +131,9 @@ type diskCrowd struct {
 	// cpu is the machine's busy time per byte meanwhile (all cores and
 	// kernel threads), in seconds; 0 if unknown.
 	cpu float64
-	// first is the rate of a first window that took less than a second
-	// (see doubtedDisks); 0 when there was none, or it took more.
-	first float64
+	// other is the rate of the other window of a disk measured twice
+	// (see doubtedDisks), which took less; 0 when there was one.
+	other float64
 }
 
 // crowdOnDisk sums what the nodes of one machine wrote in the window. Each

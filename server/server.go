@@ -55,7 +55,8 @@ type Config struct {
 	// they measure no link (for tests of the probes themselves).
 	probeLoopback bool
 	// measureDisks measures a shared disk in a crowd whatever the plan,
-	// for tests on machines whose disk would not bind.
+	// and twice, as one that binds it, for tests on machines whose disk
+	// would not bind.
 	measureDisks bool
 	// NoReplan keeps the plan the model chose to the end, however the
 	// cast runs against its prediction.
@@ -397,7 +398,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		binds := func(crowds map[string]crowd, disks map[string]diskCrowd) bool {
 			f := figs
 			f.crowds, f.disks = crowds, disks
-			return sharedDiskBinds(s.choose(ctx, ready, f).Result)
+			return s.cfg.measureDisks || sharedDiskBinds(s.choose(ctx, ready, f).Result)
 		}
 		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks, binds)
 		if len(crowdNotes) > 0 { // measured something

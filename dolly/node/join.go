@@ -68,7 +68,13 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 	}
 	n.ready = ready
 	go n.ctl.run(ctx)
-	crowds := map[uint64]chan<- control.CrowdProbe{} // crowd probes set up, by id
+	crowds := map[uint64]chan control.CrowdProbe{} // crowd probes set up, by id
+	// A disk crowd's path waits for another order until the join ends.
+	defer func() {
+		for _, push := range crowds {
+			close(push)
+		}
+	}()
 	for {
 		m, err = n.ctl.next(ctx)
 		switch {
@@ -85,8 +91,10 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 			go n.crowdProbe(ctx, *m.CrowdProbe, push)
 		case m.Type == control.MsgCrowdProbe:
 			if push, ok := crowds[m.CrowdProbe.ID]; ok {
-				push <- *m.CrowdProbe
-				delete(crowds, m.CrowdProbe.ID)
+				select {
+				case push <- *m.CrowdProbe:
+				default: // one order waits already: the server repeats itself
+				}
 			}
 		case m.Type == control.MsgAssign:
 			return m.Assign, nil

@@ -93,28 +93,41 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	}
 	defer c.Close()
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id}})
-	var order control.CrowdProbe
-	select {
-	case order = <-push:
-	case <-time.After(maxProbeTime):
-		return // the server gave up on it
-	case <-ctx.Done():
-		return
+	// A disk crowd's path stays set up for the server's next order under
+	// the same id, until the join ends (push is closed): a disk measured
+	// again then costs the join one more window, not the reading that
+	// sets it up too. A relay's is pushed once.
+	for {
+		var order control.CrowdProbe
+		var ok bool
+		select {
+		case order, ok = <-push:
+			if !ok {
+				return
+			}
+		case <-time.After(maxProbeTime):
+			return // the server gave up on it
+		case <-ctx.Done():
+			return
+		}
+		settle := min(time.Duration(order.SettleMillis)*time.Millisecond, maxCrowdTime)
+		window := min(max(time.Duration(order.WindowMillis)*time.Millisecond, time.Millisecond), maxCrowdTime)
+		// A disk crowd's writes are all on the disk once PushFor returns: the
+		// cast does not pay for them.
+		bytes, took, err := c.PushFor(settle, window)
+		if err != nil {
+			fail(err)
+			return
+		}
+		res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
+		if w, ok := c.(interface{ WindowCPU() time.Duration }); ok {
+			res.CPU = w.WindowCPU().Seconds()
+		}
+		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
+		if !set.Disk {
+			return
+		}
 	}
-	settle := min(time.Duration(order.SettleMillis)*time.Millisecond, maxCrowdTime)
-	window := min(max(time.Duration(order.WindowMillis)*time.Millisecond, time.Millisecond), maxCrowdTime)
-	// A disk crowd's writes are all on the disk once PushFor returns: the
-	// cast does not pay for them.
-	bytes, took, err := c.PushFor(settle, window)
-	if err != nil {
-		fail(err)
-		return
-	}
-	res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
-	if w, ok := c.(interface{ WindowCPU() time.Duration }); ok {
-		res.CPU = w.WindowCPU().Seconds()
-	}
-	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 
 // crowdPath is a data path a crowd probe pushes through: the relay's

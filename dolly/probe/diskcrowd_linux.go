@@ -80,8 +80,7 @@ func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
 	if region < probeBlock {
 		return nil, fmt.Errorf("%s is too small to measure", path)
 	}
-	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2,
-		steady: make(chan struct{})}
+	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2}
 	for b := int64(0); b < region; b += probeBlock {
 		if _, err := t.in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
@@ -109,7 +108,11 @@ func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
 // disk: 24 nodes on one disk of 1.4 GB/s need a quarter of a second to
 // fill theirs. It returns the bytes counted and the time they took, once
 // all it wrote is on the disk.
+//
+// It may be called again: each push starts with an empty write-behind, and
+// counts once that is full again.
 func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration, error) {
+	c.steady, c.steadyOnce = make(chan struct{}), sync.Once{}
 	var stop atomic.Bool
 	wrote := make(chan error, 1)
 	go func() { wrote <- c.write(&stop) }()

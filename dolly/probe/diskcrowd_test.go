@@ -43,25 +43,30 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			const window = 100 * time.Millisecond
-			n, took, err := c.PushFor(20*time.Millisecond, window)
+			// Pushed twice, as a disk measured again is: the second push
+			// counts as the first did.
+			for push := 1; push <= 2; push++ {
+				n, took, err := c.PushFor(20*time.Millisecond, window)
+				if err != nil {
+					c.Close()
+					t.Fatalf("push %d: %v", push, err)
+				}
+				if n <= 0 || took < window {
+					t.Fatalf("push %d: counted %d bytes on the disk in %v, want some in at least %v", push, n, took, window)
+				}
+				// It counted from where the writer kept pace with the disk,
+				// not while it was filling its write-behind.
+				select {
+				case <-c.steady:
+				default:
+					t.Errorf("push %d: the window opened before the writer was steady", push)
+				}
+				// The machine was busy writing: its time over the window shows.
+				if cpu := c.WindowCPU(); cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
+					t.Errorf("push %d: the machine's busy time over the window: %v, want some, at most every core's for %v", push, cpu, took)
+				}
+			}
 			c.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n <= 0 || took < window {
-				t.Fatalf("counted %d bytes on the disk in %v, want some in at least %v", n, took, window)
-			}
-			// It counted from where the writer kept pace with the disk,
-			// not while it was filling its write-behind.
-			select {
-			case <-c.steady:
-			default:
-				t.Error("the window opened before the writer was steady")
-			}
-			// The machine was busy writing: its time over the window shows.
-			if cpu := c.WindowCPU(); cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
-				t.Errorf("the machine's busy time over the window: %v, want some, at most every core's for %v", cpu, took)
-			}
 			if got, _ := testimage.SHA256(target, -1); got != want {
 				t.Fatalf("the disk crowd changed the target: sha256 %.16s, was %.16s", got, want)
 			}
