@@ -23,6 +23,10 @@ type Probe struct {
 	// disks), where BLKZEROOUT falls back to writing zero pages. A zero
 	// run the node must zero then costs its disk as much as data.
 	ZeroesByWriting bool `json:"zeroes_by_writing,omitempty"`
+	// SyncSeconds is how long the target took to put the last of what the
+	// write probe wrote on the disk (its final fsync): a cast ends with as
+	// much, and the model counts it in the start-up.
+	SyncSeconds float64 `json:"sync_seconds,omitempty"`
 	// DiskReadBytesPerSec is the sequential read rate of the image store;
 	// only the source's matters.
 	DiskReadBytesPerSec float64 `json:"disk_read_bytes_per_sec,omitempty"`

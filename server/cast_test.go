@@ -345,12 +345,16 @@ func TestCastMeasuresTheNetwork(t *testing.T) {
 		key  castkey.Key
 	}{{"unkeyed", nil}, {"keyed", key}} {
 		t.Run(tt.name, func(t *testing.T) {
-			targets := oldDisks(t, 3, size)
+			// Disks larger than the image: the write probe needs room to time.
+			targets := oldDisks(t, 3, 16<<20)
 			r := castProbed(t, Config{Image: imgs[imaging.Raw], NetProbe: 200 * time.Millisecond, Key: tt.key, probeLoopback: true}, targets)
 			if r.err != nil {
 				t.Fatalf("cast: %v\n%s", r.err, r.out)
 			}
-			for _, want := range []string{"measuring the network", "links measured in", "to 3 nodes at once", "capacity model: predicted rate"} {
+			// The start-up is measured too: the connections, and the
+			// targets' final flush.
+			for _, want := range []string{"measuring the network", "links measured in", "to 3 nodes at once", "capacity model: predicted rate",
+				"note: start-up ", "connecting took ", ", a target's final flush "} {
 				if !strings.Contains(r.out, want) {
 					t.Errorf("output lacks %q:\n%s", want, r.out)
 				}

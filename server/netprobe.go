@@ -42,9 +42,13 @@ type netFigures struct {
 	// second, over one window after the streams' start (see
 	// probe.Window); 0 if unknown.
 	starSent float64
-	took     time.Duration
-	crowds   map[string]crowd     // by machine key: what a crowded machine's nodes measured at once
-	disks    map[string]diskCrowd // by machine key: what a shared disk took from its nodes writing at once
+	// connect is the longest the source took to connect to a node and
+	// open a probe stream to it, all at once: what a cast's hops take to
+	// connect before its first byte.
+	connect time.Duration
+	took    time.Duration
+	crowds  map[string]crowd     // by machine key: what a crowded machine's nodes measured at once
+	disks   map[string]diskCrowd // by machine key: what a shared disk took from its nodes writing at once
 }
 
 // link is the node's measured link rate: the faster of its two ring
@@ -171,16 +175,18 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 		defer close(watched)
 		sent.Watch(ctx)
 	}()
+	connects := make([]time.Duration, len(ready))
 	for i, n := range ready {
 		wg.Add(1)
 		go func(id uint64) {
 			defer wg.Done()
-			if err := s.sendProbe(ctx, control.Peer{Name: n.name, Addr: n.dataAddr, Token: s.probeToken(n)}, id, d, len(ready), sent); err != nil {
+			if err := s.sendProbe(ctx, control.Peer{Name: n.name, Addr: n.dataAddr, Token: s.probeToken(n)}, id, d, len(ready), sent, &connects[i]); err != nil {
 				w.report(control.NetResult{ID: id, Error: err.Error()})
 			}
 		}(starIDs[i])
 	}
 	wg.Wait()
+	f.connect = slices.Max(append(connects, 0))
 	<-watched
 	f.starSent = sent.Rate()
 	got := w.wait(ctx, starIDs, time.Now().Add(d+2*time.Second))
@@ -249,7 +255,10 @@ func starChunk(n int) int {
 
 // sendProbe sends one bandwidth probe from the source to addr, one of n
 // that go at once, counting its writes in sent.
-func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d time.Duration, n int, sent *probe.Window) error {
+//
+// connected says how long connecting and opening the stream took.
+func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d time.Duration, n int, sent *probe.Window, connected *time.Duration) error {
+	start := time.Now()
 	c, err := dial.Data(ctx, to.Addr, time.Now().Add(d+time.Second))
 	if err != nil {
 		return fmt.Errorf("dolly-server cannot connect to it at %s: %w", to.Addr, err)
@@ -261,6 +270,7 @@ func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d ti
 	if err := stream.OpenProbe(c, id, s.frameKey(), to.Token); err != nil {
 		return err
 	}
+	*connected = time.Since(start)
 	_, err = probe.SendCounted(ctx, c, d, netProbeBytes, starChunk(n), sent)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"dolly/capacity"
 	"dolly/dolly/probe"
@@ -111,6 +112,12 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 				note += fmt.Sprintf(", but for the %.0f%% of the image deep in runs of zeros, which no node decodes", 100*k)
 			}
 		}
+		notes = append(notes, note)
+	}
+	if t := s.cfg.Topology; t != nil && t.Options.Startup > 0 {
+		opt.Startup = t.Options.Startup // the admin's word
+	} else if d, note := startup(ready, figs); d > 0 {
+		opt.Startup = d
 		notes = append(notes, note)
 	}
 	if s.cfg.Compress == CompressNo {
@@ -310,6 +317,41 @@ func shareFileDisks(net *capacity.Network, ready []*nodeState) {
 		mc.SharedDisk = true
 		net.Machines[m] = mc
 	}
+}
+
+// startup is the cast's start-up as the probes measured it: the longest
+// the source took to connect to a node in the bandwidth probes, all at
+// once (a cast's hops connect to their upstreams at once too), and the
+// longest final flush of a node's target in its write probe (a cast ends
+// with one). 0 when the connections were not measured: the model then
+// counts capacity.DefaultStartup. The note says what it holds.
+func startup(ready []*nodeState, figs netFigures) (time.Duration, string) {
+	if figs.connect <= 0 {
+		return 0, ""
+	}
+	var flush float64
+	for _, n := range ready {
+		if n.probe != nil {
+			flush = max(flush, n.probe.SyncSeconds)
+		}
+	}
+	d := figs.connect + time.Duration(flush*float64(time.Second))
+	note := fmt.Sprintf("start-up %s: connecting took %s", formatMillis(d), formatMillis(figs.connect))
+	if flush > 0 {
+		note += fmt.Sprintf(", a target's final flush %s", formatMillis(time.Duration(flush*float64(time.Second))))
+	} else {
+		note += " (the targets' final flush not measured)"
+	}
+	return d, note
+}
+
+// formatMillis shows a short time in milliseconds, to a tenth below 10.
+func formatMillis(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	if ms < 10 {
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
 }
 
 // writesFile says whether the node's target is a file, or a loop device

@@ -3,6 +3,7 @@ package server
 import (
 	"math"
 	"testing"
+	"time"
 
 	"dolly/capacity"
 )
@@ -87,5 +88,30 @@ func TestZeroedRuns(t *testing.T) {
 				t.Errorf("zeroedRuns = %v, %q; want %v, %q", got, note, tc.want, tc.note)
 			}
 		})
+	}
+}
+
+// The start-up is what the probes measured: the longest connection and
+// the longest final flush; nothing when the connections went unmeasured.
+func TestStartupIsMeasured(t *testing.T) {
+	flushed := func(s float64) *nodeState { return &nodeState{probe: &capacity.Probe{SyncSeconds: s}} }
+	tests := []struct {
+		name    string
+		ready   []*nodeState
+		connect time.Duration
+		want    time.Duration
+		note    string
+	}{
+		{"no bandwidth probes", []*nodeState{flushed(0.02)}, 0, 0, ""},
+		{"connections and flushes", []*nodeState{flushed(0.004), flushed(0.025), {}}, 3 * time.Millisecond, 28 * time.Millisecond,
+			"start-up 28 ms: connecting took 3.0 ms, a target's final flush 25 ms"},
+		{"targets not measured", []*nodeState{{}, {}}, 12 * time.Millisecond, 12 * time.Millisecond,
+			"start-up 12 ms: connecting took 12 ms (the targets' final flush not measured)"},
+	}
+	for _, tt := range tests {
+		got, note := startup(tt.ready, netFigures{connect: tt.connect})
+		if got != tt.want || note != tt.note {
+			t.Errorf("%s: %v %q, want %v %q", tt.name, got, note, tt.want, tt.note)
+		}
 	}
 }

@@ -86,8 +86,9 @@ const probeBlock = 4 << 20
 
 // diskProbe is what a disk measurement found.
 type diskProbe struct {
-	rate    float64 // bytes per second through the write path to the disk
-	cpuRate float64 // bytes per second one core can push through that path
+	rate    float64       // bytes per second through the write path to the disk
+	cpuRate float64       // bytes per second one core can push through that path
+	sync    time.Duration // the final fsync's time
 	how     string
 }
 
@@ -147,7 +148,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	}
 	r.Notes = append(r.Notes, <-disks...)
 	r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = diskReport.DiskWriteBytesPerSec, diskReport.DiskWriteCPUBytesPerSec
-	r.ZeroesByWriting, r.DiskReadBytesPerSec = diskReport.ZeroesByWriting, diskReport.DiskReadBytesPerSec
+	r.ZeroesByWriting, r.DiskReadBytesPerSec, r.SyncSeconds = diskReport.ZeroesByWriting, diskReport.DiskReadBytesPerSec, diskReport.SyncSeconds
 
 	// One pair of buffers serves every memory measurement, so probing
 	// stays small next to a node's working set.
@@ -190,7 +191,7 @@ func probeDisks(ctx context.Context, cfg Config, r *Report) []string {
 		if err != nil {
 			note("target write rate: %v", err)
 		} else {
-			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = d.rate, d.cpuRate
+			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec, r.SyncSeconds = d.rate, d.cpuRate, d.sync.Seconds()
 			note("target write rate: %s/s (%s/s of CPU): %s", units.FormatBytes(int64(d.rate)), units.FormatBytes(int64(d.cpuRate)), d.how)
 		}
 		if r.ZeroesByWriting = zeroesByWriting("/sys", cfg.Target); r.ZeroesByWriting {

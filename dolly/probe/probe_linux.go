@@ -88,7 +88,7 @@ func targetWrite(ctx context.Context, path string, budget time.Duration, buffere
 	}
 	buf := imaging.AlignedBuffer(int(chunk))
 	var wrote int64
-	var spent, cpu time.Duration
+	var spent, cpu, synced time.Duration
 	// Each chunk's CPU per byte, for the median: the kernel threads' time
 	// is the whole machine's, and a chunk now and then pays for someone
 	// else's writeback (other nodes of the machine, a file just written).
@@ -139,7 +139,8 @@ func targetWrite(ctx context.Context, path string, budget time.Duration, buffere
 			return err
 		}
 		if timed {
-			spent, cpu = spent+time.Since(t), cpu+clock()-c+kernel.Since()
+			synced = time.Since(t)
+			spent, cpu = spent+synced, cpu+clock()-c+kernel.Since()
 		}
 		return nil
 	}
@@ -165,7 +166,7 @@ func targetWrite(ctx context.Context, path string, budget time.Duration, buffere
 			cpuRate = 1 / m
 		}
 	}
-	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, how: how}, nil
+	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, sync: synced, how: how}, nil
 }
 
 // targetFiles are a target opened to be measured in place: in reads it
@@ -264,10 +265,11 @@ func probeTempWrite(ctx context.Context, dir string, budget time.Duration, clock
 		}
 		wrote += probeBlock
 	}
+	synced := time.Now()
 	if err := f.Sync(); err != nil {
 		return diskProbe{}, err
 	}
-	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, clock()-c+kernel.Since()),
+	return diskProbe{rate: rate(wrote, time.Since(start)), cpuRate: rate(wrote, clock()-c+kernel.Since()), sync: time.Since(synced),
 		how: fmt.Sprintf("wrote %s to a temporary file in %s", units.FormatBytes(wrote), dir)}, nil
 }
 
