@@ -99,18 +99,26 @@ func TestDecodeGauge(t *testing.T) {
 		imageRate, sampleRate  float64
 		imageBytes, pieceBytes int
 		coldPenalty            float64 // of the sample's first bytes after an image piece
+		// halfSpeed gives the gauge a second sample decoder, which the
+		// first runs at half the speed of.
+		halfSpeed bool
 	}{
-		{"image decodes faster", 3e9, 1e9, 256 << 20, 1 << 20, 0},
-		{"image decodes slower", 0.5e9, 1e9, 64 << 20, 1 << 20, 0},
-		{"one piece", 1e9, 1e9, 100 << 10, 1 << 20, 0},
+		{"image decodes faster", 3e9, 1e9, 256 << 20, 1 << 20, 0, false},
+		{"image decodes slower", 0.5e9, 1e9, 64 << 20, 1 << 20, 0, false},
+		{"one piece", 1e9, 1e9, 100 << 10, 1 << 20, 0, false},
 		// Timed cold, the sample would read 19% slow (3 × 64 KiB more per MiB).
-		{"sample cold after each image piece", 1e9, 1e9, 64 << 20, 1 << 20, 4},
+		{"sample cold after each image piece", 1e9, 1e9, 64 << 20, 1 << 20, 4, false},
+		{"one sample decoder at half speed", 2e9, 1e9, 64 << 20, 1 << 20, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cpu := &fakeCPU{}
 			sample := &fakeSample{cpu: cpu, rate: tt.sampleRate, coldPenalty: tt.coldPenalty}
 			g := &decodeGauge{cpu: cpu.clock, sample: sample}
+			if tt.halfSpeed {
+				sample.rate /= 2
+				g.other = &fakeSample{cpu: cpu, rate: tt.sampleRate}
+			}
 			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: tt.imageBytes, cools: sample}
 			buf := make([]byte, tt.pieceBytes)
 			var read int
@@ -136,8 +144,8 @@ func TestDecodeGauge(t *testing.T) {
 			// The sample costs about an eighth of the image's time: at most
 			// that and one piece more.
 			piece := time.Duration(float64(tt.pieceBytes) / tt.sampleRate * float64(time.Second))
-			if g.ref.cpu > g.image.cpu/gaugeShare+piece {
-				t.Errorf("sample took %v against the image's %v", g.ref.cpu, g.image.cpu)
+			if took := g.ref.cpu + g.otherRef.cpu; took > g.image.cpu/gaugeShare+2*piece {
+				t.Errorf("sample took %v against the image's %v", took, g.image.cpu)
 			}
 			g.close()
 			if !sample.closed || g.sample != nil {
