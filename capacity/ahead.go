@@ -18,18 +18,21 @@ import "math"
 // it (the slices it would no longer hold are written); the node works on
 // it as it comes in, once the slice before is written.
 
-// upstream reports whether c limits the stream's way to a node, which may
-// run ahead of the node's own work, rather than that work. A shared
-// machine's limits are the nodes' work: they run its relays too, whose
-// share of its cores the way in thus still pays for, in the machine's sum.
-func upstream(c Constraint) bool {
+// stageOf says which stage c limits: the stream's way to a node (links,
+// switches, the source's own work), which may run ahead of the node's own
+// work, or that work (its host's limits). A machine that hosts of both
+// stages share (the source and nodes on one box, an emulated lab) limits
+// both: where its cores hold the cast back, the way in waits for them as
+// the nodes do, since the relays, the source and the kernel's networking
+// run on them too, and nothing runs ahead.
+func stageOf(c Constraint) (up, down bool) {
 	switch c.Kind {
 	case LinkLimit, BackplaneLimit, SourceRateLimit:
-		return true
+		return true, false
 	case MachineCPULimit, MachineMemoryLimit, MachineDiskLimit:
-		return false
+		return true, true
 	}
-	return c.Flow.Source
+	return c.Flow.Source, !c.Flow.Source
 }
 
 // pieceCost is what one piece of the image costs each stage, in seconds
@@ -48,9 +51,11 @@ func costOf(share, wire float64, cs []Constraint) pieceCost {
 		if math.IsInf(b, 1) {
 			continue
 		}
-		if upstream(c) {
+		up, down := stageOf(c)
+		if up {
 			p.up = max(p.up, 1/b)
-		} else {
+		}
+		if down {
 			p.down = max(p.down, 1/b)
 		}
 	}

@@ -12,7 +12,12 @@ import (
 // the other order, or with no buffer to speak of, the pieces take their
 // time in turn.
 func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
+	// Each host a machine of its own: the nodes' decoders hold the free
+	// space back, and the links run on.
 	net := pieceNet(4)
+	for i := range net.Hosts {
+		net.Hosts[i].Machine = ""
+	}
 	data := Piece{Share: 0.4, ZeroFraction: 0.02, Factor: 3, Decode: 1}
 	zeros := Piece{Share: 0.6, ZeroFraction: 1, Factor: 5000, Decode: 1}
 	const image = 1 << 30
@@ -66,6 +71,18 @@ func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
 	}
 	if inTurn.Rate > 0.9*overlapped {
 		t.Fatalf("the pieces in turn %.4g and overlapped %.4g are too close to test", inTurn.Rate, overlapped)
+	}
+
+	// On one machine, whose cores the decoders fill, the way in waits for
+	// them too: nothing runs ahead.
+	box := pieceNet(4)
+	zero, factor := averages(append([]Piece(nil), zerosFirst...))
+	opt := Options{ZeroFraction: zero, Pieces: zerosFirst, ImageBytes: image}
+	comp := Compression{Codec: "zstd", Factor: factor}
+	inTurnOnBox := evaluateWith(t, box, Star(4), comp, opt).Rate
+	opt.AheadBytes = int64(2 * wire)
+	if got := evaluateWith(t, box, Star(4), comp, opt).Rate; !near(got, inTurnOnBox) {
+		t.Errorf("on one machine: %.4g MB/s with a buffer, want the pieces in turn %.4g", got/MB, inTurnOnBox/MB)
 	}
 }
 
