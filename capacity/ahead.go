@@ -20,19 +20,23 @@ import "math"
 
 // stageOf says which stage c limits: the stream's way to a node (links,
 // switches, the source's own work), which may run ahead of the node's own
-// work, or that work (its host's limits). A machine that hosts of both
-// stages share (the source and nodes on one box, an emulated lab) limits
-// both: where its cores hold the cast back, the way in waits for them as
-// the nodes do, since the relays, the source and the kernel's networking
-// run on them too, and nothing runs ahead.
+// work, or that work: its decoding thread and its disk. A node's cores,
+// memory and bus, and a machine's that several hosts share (the source and
+// nodes on one box, an emulated lab), limit both: they run the relays, the
+// source and the kernel's networking as well as the decoders, so while they
+// hold the cast back nothing runs ahead.
 func stageOf(c Constraint) (up, down bool) {
-	switch c.Kind {
-	case LinkLimit, BackplaneLimit, SourceRateLimit:
+	switch {
+	case c.Kind == LinkLimit || c.Kind == BackplaneLimit || c.Kind == SourceRateLimit:
 		return true, false
-	case MachineCPULimit, MachineMemoryLimit, MachineDiskLimit:
+	case c.Kind == MachineCPULimit || c.Kind == MachineMemoryLimit || c.Kind == MachineDiskLimit:
 		return true, true
+	case c.Flow.Source: // the source's own limits: reading, compressing, sending
+		return true, false
+	case c.Kind == DecompressLimit || c.Kind == DiskLimit:
+		return false, true
 	}
-	return c.Flow.Source, !c.Flow.Source
+	return true, true
 }
 
 // pieceCost is what one piece of the image costs each stage, in seconds
@@ -82,10 +86,11 @@ func aheadRate(pieces []pieceCost, imageBytes, ahead float64) (rate float64, str
 	ends := make([]int, len(pieces)) // each piece's last slice + 1
 	for i, p := range pieces {
 		raw := p.share * imageBytes
-		k := max(1, int(math.Ceil(raw*p.wire/sliceWire)))
-		if len(cut)+k > maxSlices {
+		n := math.Ceil(raw * p.wire / sliceWire)
+		if float64(len(cut))+n > maxSlices {
 			return 0, nil, false
 		}
+		k := max(1, int(n))
 		r := raw / float64(k)
 		for range k {
 			cut = append(cut, slice{wire: r * p.wire, up: r * p.up, down: r * p.down})

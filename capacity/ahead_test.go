@@ -32,18 +32,27 @@ func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
 	if got := rate(dataFirst, 0).Rate; !near(got, inTurn.Rate) {
 		t.Fatalf("without a buffer the order changed the rate: %v against %v", got, inTurn.Rate)
 	}
-	// The stages' own times, each over the whole image: the most a
-	// buffer can hide.
-	var up, down float64
-	for _, p := range zerosFirst {
+	// Each piece's time in each stage, per byte of the image.
+	stage := func(p Piece) pieceCost {
 		zero, factor := averages([]Piece{p})
 		r := evaluateWith(t, net, Star(4), Compression{Codec: "zstd", Factor: factor}, Options{ZeroFraction: min(zero, 0.999999)})
 		c := costOf(p.Share, 1/factor, r.Constraints)
-		up += c.up * c.share
-		down += c.down * c.share
+		c.up, c.down = c.up*c.share, c.down*c.share
+		return c
 	}
-	overlapped := 1 / max(up, down)
+	z, f := stage(zeros), stage(data)
+	// The stages' own times over the whole image: the most a buffer can
+	// hide.
+	overlapped := 1 / max(z.up+f.up, z.down+f.down)
 	wire := data.Share * image / data.Factor // the files' stream
+	// A buffer of a fortieth of the files: the link brings that much of
+	// them while the nodes decode the free space, then waits for them, and
+	// carries the rest after.
+	const small = 40
+	if z.up+f.up/small >= z.down {
+		t.Fatalf("the link brings a fortieth of the files before the free space is decoded: nothing to wait for")
+	}
+	partly := 1 / (z.down + (1-1.0/small)*f.up)
 
 	for _, tc := range []struct {
 		name   string
@@ -52,24 +61,24 @@ func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
 		want   float64
 	}{
 		{"zeros first, a buffer for all the files", zerosFirst, int64(2 * wire), overlapped},
-		{"zeros first, a buffer of a thousandth", zerosFirst, int64(wire / 1000), inTurn.Rate},
+		{"zeros first, a buffer of a fortieth of the files", zerosFirst, int64(wire / small), partly},
 		{"files first, a buffer for all of them", dataFirst, int64(2 * wire), inTurn.Rate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rate(tc.pieces, tc.ahead)
-			t.Logf("%.1f MB/s (in turn %.1f, overlapped %.1f)", r.Rate/MB, inTurn.Rate/MB, overlapped/MB)
-			if math.Abs(r.Rate-tc.want) > 0.02*tc.want {
+			t.Logf("%.2f MB/s (in turn %.2f, overlapped %.2f)", r.Rate/MB, inTurn.Rate/MB, overlapped/MB)
+			if math.Abs(r.Rate-tc.want) > 0.008*tc.want {
 				t.Errorf("rate %.4g MB/s, want %.4g", r.Rate/MB, tc.want/MB)
 			}
 			if got := r.RateOver(0, 1); math.Abs(got-r.Rate) > 1e-9*r.Rate {
 				t.Errorf("the stretches make %v over the image, want the rate %v", got, r.Rate)
 			}
-			if r.Bottleneck != inTurn.Bottleneck {
-				t.Errorf("bottleneck %q, want the pieces' in turn %q", r.Bottleneck, inTurn.Bottleneck)
-			}
 		})
 	}
-	if inTurn.Rate > 0.9*overlapped {
+	if partly < 1.015*inTurn.Rate {
+		t.Fatalf("a fortieth's %.4g is too close to the pieces in turn %.4g to test", partly, inTurn.Rate)
+	}
+	if inTurn.Rate > 0.95*overlapped {
 		t.Fatalf("the pieces in turn %.4g and overlapped %.4g are too close to test", inTurn.Rate, overlapped)
 	}
 
@@ -87,8 +96,8 @@ func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
 }
 
 // TestAheadRateBetweenItsBounds: whatever the pieces and the buffer, the
-// rate is no lower than the pieces' in turn and no higher than the
-// image's averages allow.
+// rate is no higher than the image's averages allow, and the stretches
+// make it up.
 func TestAheadRateBetweenItsBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := range 200 {
@@ -108,9 +117,9 @@ func TestAheadRateBetweenItsBounds(t *testing.T) {
 			inTurn := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
 			opt.AheadBytes = int64(rng.Float64() * float64(image))
 			ahead := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
-			if ahead.Rate < inTurn.Rate || ahead.Rate > whole.Rate*(1+1e-9) {
-				t.Fatalf("trial %d, %s %s, buffer %d of %d: %.6g, want from the pieces' in turn %.6g to the average's %.6g",
-					trial, tree.Name(), comp.Name(), opt.AheadBytes, image, ahead.Rate, inTurn.Rate, whole.Rate)
+			if ahead.Rate > whole.Rate*(1+1e-9) {
+				t.Fatalf("trial %d, %s %s, buffer %d of %d: %.6g, above the average's %.6g (the pieces in turn: %.6g)",
+					trial, tree.Name(), comp.Name(), opt.AheadBytes, image, ahead.Rate, whole.Rate, inTurn.Rate)
 			}
 			if got := ahead.RateOver(0, 1); math.Abs(got-ahead.Rate) > 1e-9*ahead.Rate {
 				t.Fatalf("trial %d: the stretches make %v over the image, want the rate %v", trial, got, ahead.Rate)

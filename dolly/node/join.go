@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,11 +70,15 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 	n.ready = ready
 	go n.ctl.run(ctx)
 	crowds := map[uint64]chan control.CrowdProbe{} // crowd probes set up, by id
-	// A disk crowd's path waits for another order until the join ends.
+	// A disk crowd's path waits for another order until the join ends;
+	// the join ends only once every crowd probe has, so that none still
+	// rewrites the target the cast is about to write.
+	var probing sync.WaitGroup
 	defer func() {
 		for _, push := range crowds {
 			close(push)
 		}
+		probing.Wait()
 	}()
 	for {
 		m, err = n.ctl.next(ctx)
@@ -86,9 +91,13 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		case m.Type == control.MsgNetProbe:
 			go n.sendProbe(ctx, *m.NetProbe)
 		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
+			if _, dup := crowds[m.CrowdProbe.ID]; dup {
+				break // set up already
+			}
 			push := make(chan control.CrowdProbe, 1)
 			crowds[m.CrowdProbe.ID] = push
-			go n.crowdProbe(ctx, *m.CrowdProbe, push)
+			set := *m.CrowdProbe
+			probing.Go(func() { n.crowdProbe(ctx, set, push) })
 		case m.Type == control.MsgCrowdProbe:
 			if push, ok := crowds[m.CrowdProbe.ID]; ok {
 				select {

@@ -94,9 +94,10 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	defer c.Close()
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id}})
 	// A disk crowd's path stays set up for the server's next order under
-	// the same id, until the join ends (push is closed): a disk measured
-	// again then costs the join one more window, not the reading that
-	// sets it up too. A relay's is pushed once.
+	// the same id, until the join ends (push is closed) or no order came
+	// for maxProbeTime: a disk measured again then costs the join one more
+	// window, not the reading that sets it up too. A relay's is pushed
+	// once.
 	for {
 		var order control.CrowdProbe
 		var ok bool

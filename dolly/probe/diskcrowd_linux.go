@@ -112,7 +112,7 @@ func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
 // It may be called again: each push starts with an empty write-behind, and
 // counts once that is full again.
 func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration, error) {
-	c.steady, c.steadyOnce = make(chan struct{}), sync.Once{}
+	c.steady, c.steadyOnce, c.windowCPU = make(chan struct{}), sync.Once{}, 0
 	var stop atomic.Bool
 	wrote := make(chan error, 1)
 	go func() { wrote <- c.write(&stop) }()

@@ -212,11 +212,16 @@ func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	// Without a thread clock (both times 0) the factor cannot be told:
 	// the sample is not decoded at all.
 	if g.sample != nil && n > 0 && g.image.cpu > 0 && (g.ref.cpu+g.otherRef.cpu)*gaugeShare <= g.image.cpu {
-		sample, ref, spare := g.sample, &g.ref, &g.spare
+		ok := true
 		if g.turn = !g.turn; g.turn && g.other != nil {
-			sample, ref, spare = g.other, &g.otherRef, &g.otherSpare
+			if !g.time(g.other, &g.otherRef, &g.otherSpare, n) { // the first carries on
+				g.other.Close()
+				g.other, g.otherRef = nil, timing{}
+			}
+		} else {
+			ok = g.time(g.sample, &g.ref, &g.spare, n)
 		}
-		if !g.time(sample, ref, spare, n) {
+		if !ok {
 			g.close()
 		} else if g.rle != nil && !g.time(g.rle, &g.rleRef, &g.spare, n) {
 			g.rle.Close()

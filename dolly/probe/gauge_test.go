@@ -115,9 +115,10 @@ func TestDecodeGauge(t *testing.T) {
 			cpu := &fakeCPU{}
 			sample := &fakeSample{cpu: cpu, rate: tt.sampleRate, coldPenalty: tt.coldPenalty}
 			g := &decodeGauge{cpu: cpu.clock, sample: sample}
+			other := &fakeSample{cpu: cpu, rate: tt.sampleRate}
 			if tt.halfSpeed {
 				sample.rate /= 2
-				g.other = &fakeSample{cpu: cpu, rate: tt.sampleRate}
+				g.other = other
 			}
 			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: tt.imageBytes, cools: sample}
 			buf := make([]byte, tt.pieceBytes)
@@ -148,8 +149,8 @@ func TestDecodeGauge(t *testing.T) {
 				t.Errorf("sample took %v against the image's %v", took, g.image.cpu)
 			}
 			g.close()
-			if !sample.closed || g.sample != nil {
-				t.Error("close left the sample decoder open")
+			if !sample.closed || g.sample != nil || tt.halfSpeed && (!other.closed || g.other != nil) {
+				t.Error("close left a sample decoder open")
 			}
 		})
 	}
