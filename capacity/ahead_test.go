@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
 )
 
@@ -92,38 +91,5 @@ func TestPiecesOverlapThroughTheBuffer(t *testing.T) {
 	opt.AheadBytes = int64(2 * wire)
 	if got := evaluateWith(t, box, Star(4), comp, opt).Rate; !near(got, inTurnOnBox) {
 		t.Errorf("on one machine: %.4g MB/s with a buffer, want the pieces in turn %.4g", got/MB, inTurnOnBox/MB)
-	}
-}
-
-// TestAheadRateBetweenItsBounds: whatever the pieces and the buffer, the
-// rate is no higher than the image's averages allow, and the stretches
-// make it up.
-func TestAheadRateBetweenItsBounds(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for trial := range 200 {
-		n := 1 + rng.IntN(8)
-		pieces := make([]Piece, n)
-		for i := range pieces {
-			pieces[i] = Piece{Share: 0.1 + rng.Float64(), ZeroFraction: rng.Float64() * 0.99, Factor: 1.2 + 50*rng.Float64(), Decode: 0.3 + 2*rng.Float64()}
-		}
-		zero, factor := averages(pieces)
-		nodes := 1 + rng.IntN(6)
-		tree := []Tree{Chain(nodes), Star(nodes), NaryTree(nodes, 2)}[rng.IntN(3)]
-		image := int64(1+rng.IntN(64)) << 26
-		for _, comp := range []Compression{{}, {Codec: "zstd", Factor: factor}} {
-			opt := Options{ZeroFraction: zero, ImageBytes: image}
-			whole := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
-			opt.Pieces = pieces
-			inTurn := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
-			opt.AheadBytes = int64(rng.Float64() * float64(image))
-			ahead := evaluateWith(t, pieceNet(nodes), tree, comp, opt)
-			if ahead.Rate > whole.Rate*(1+1e-9) {
-				t.Fatalf("trial %d, %s %s, buffer %d of %d: %.6g, above the average's %.6g (the pieces in turn: %.6g)",
-					trial, tree.Name(), comp.Name(), opt.AheadBytes, image, ahead.Rate, whole.Rate, inTurn.Rate)
-			}
-			if got := ahead.RateOver(0, 1); math.Abs(got-ahead.Rate) > 1e-9*ahead.Rate {
-				t.Fatalf("trial %d: the stretches make %v over the image, want the rate %v", trial, got, ahead.Rate)
-			}
-		}
 	}
 }

@@ -96,6 +96,18 @@ func TestPiecesNeverFasterThanTheirAverage(t *testing.T) {
 			if split.Rate > whole.Rate*(1+1e-9) {
 				t.Fatalf("trial %d, %s %s: pieces give %.6g, above their average's %.6g", trial, tree.Name(), comp.Name(), split.Rate, whole.Rate)
 			}
+			// Nor with a buffer that lets them overlap (aheadRate), whose
+			// stretches make up its rate.
+			ahead := opt
+			ahead.ImageBytes = int64(1+rng.IntN(64)) << 26
+			ahead.AheadBytes = int64(rng.Float64() * float64(ahead.ImageBytes))
+			r := evaluateWith(t, pieceNet(nodes), tree, comp, ahead)
+			if r.Rate > whole.Rate*(1+1e-9) {
+				t.Fatalf("trial %d, %s %s, buffer %d of %d: %.6g, above the average's %.6g", trial, tree.Name(), comp.Name(), ahead.AheadBytes, ahead.ImageBytes, r.Rate, whole.Rate)
+			}
+			if got := r.RateOver(0, 1); math.Abs(got-r.Rate) > 1e-9*r.Rate {
+				t.Fatalf("trial %d: the stretches make %v over the image, want the rate %v", trial, got, r.Rate)
+			}
 			// Pieces all alike are the average.
 			same := make([]Piece, n)
 			for i := range same {
