@@ -125,7 +125,12 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 //	disk      s·b ≤ disk read rate
 //	I/O bus   (s + o·w)·b ≤ bus
 //	memory    (s + 2s + passes + 2·o·w + o·w)·b ≤ memory
-//	CPU       (s/copy + passes/digest + [convert] + o·w/copy + o·w/net)·b ≤ cores
+//	CPU       (s/read + passes/digest + [convert] + o·w/copy + o·w/net)·b ≤ cores
+//	          where read is the probed read through the page cache, else
+//	          the copy rate; where the source's path was probed whole
+//	          (feed, for one child: the frames' write into the relay's pipe,
+//	          its splices and tee, its history and the send), it stands for
+//	          the last two terms: w/feed + (o-1)·w/net, at least w/(2·feed)
 func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 	flow := Flow{Source: true, Out: out, Disk: true}
 	o := float64(out)
@@ -147,7 +152,7 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 		}
 		passes = d + w
 		convert = d / rate
-		h.add(CompressLimit, flow, stored*share(r.CPU.Copy)+d*share(r.CPU.Digest)+convert, r.compressThreads())
+		h.add(CompressLimit, flow, stored*r.readCost()+d*share(r.CPU.Digest)+convert, r.compressThreads())
 	case "decompress":
 		stored = st.storedBytes()
 		rate, err := r.decompressRate(st.stored.Codec)
@@ -167,8 +172,23 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 	h.add(DiskLimit, flow, stored, r.Disk)
 	h.add(IOBusLimit, flow, stored+o*w, r.IOBus)
 	h.add(MemoryLimit, flow, 3*stored+passes+3*o*w, r.Memory)
-	cpu := stored*share(r.CPU.Copy) + passes*share(r.CPU.Digest) + convert +
-		o*w*share(r.CPU.Copy) + o*w*share(r.CPU.Net)
+	send := o*w*share(r.CPU.Copy) + o*w*share(r.CPU.Net)
+	if r.CPU.Feed > 0 && out > 0 {
+		// Measured whole for one child: each other child adds a stream
+		// (the relay tees the pipe to it), as at a node.
+		path := share(r.CPU.Feed)
+		send = w * max(path+(o-1)*share(r.CPU.Net), path/2)
+	}
+	cpu := stored*r.readCost() + passes*share(r.CPU.Digest) + convert + send
 	h.add(CPULimit, flow, cpu, r.cores())
 	return nil
+}
+
+// readCost is the CPU share per byte the source's read of its stored image
+// costs: the probed read through the page cache, else a copy.
+func (r Resources) readCost() float64 {
+	if r.CPU.Read > 0 {
+		return share(r.CPU.Read)
+	}
+	return share(r.CPU.Copy)
 }

@@ -212,6 +212,11 @@ func TestDollyModel(t *testing.T) {
 	// One that costs no more than over loopback adds nothing.
 	quick := relayed
 	quick.CPU.Link = 1000 * MB
+	// A source whose own path was probed whole: the read through the page
+	// cache, and the feed (pipe, relay, history, send) for one child.
+	fed := serial
+	fed.CPU.Read = 1000 * MB
+	fed.CPU.Feed = 500 * MB
 	// A source that compresses on the fly.
 	compressing := serial
 	compressing.CPU.Compress = map[string]float64{"zstd": 500 * MB}
@@ -294,6 +299,14 @@ func TestDollyModel(t *testing.T) {
 			MemoryLimit: 3*0.5 + (0.5 + 0.4) + 3*2*0.4,
 			CPULimit:    (0.5/2.0 + 0.9/4.0 + 0.8/2.0 + 0.8/1.0) * ns,
 		}, Options{ZeroFraction: 0.6, HoleFraction: 0.5}},
+		// Probed whole: the read at its own rate, the feed for one child
+		// and a stream for the other (the relay tees the pipe to it).
+		{"source raw, path probed", fed, Compression{}, "src", map[ConstraintKind]float64{
+			CPULimit: (1/1.0 + 2/4.0 + 1/0.5 + 1/1.0) * ns,
+		}, Options{}},
+		{"source compressed, path probed", fed, Compression{"zstd", 2}, "src", map[ConstraintKind]float64{
+			CPULimit: (0.5/1.0 + 0.5/4.0 + 0.5*(1/0.5+1/1.0)) * ns,
+		}, Options{}},
 		{"source compressed", serial, Compression{"zstd", 2}, "src", map[ConstraintKind]float64{
 			DiskLimit:   0.5,
 			IOBusLimit:  1.5,

@@ -56,6 +56,15 @@ type Probe struct {
 	// (the target's write is apart). Zero: not measured; the model then
 	// adds up the stream, copy and digest rates instead.
 	RelayBytesPerSec float64 `json:"relay_bytes_per_sec,omitempty"`
+	// FeedBytesPerSec is the rate one core can push the source's data
+	// path for one child: its frames written into a pipe, forwarded by
+	// the relay with splice and tee, taken into its history and sent
+	// (see CPURates.Feed). Zero: not measured (a node's probe).
+	FeedBytesPerSec float64 `json:"feed_bytes_per_sec,omitempty"`
+	// ImageReadCPUBytesPerSec is the rate one core reads the stored image
+	// through the page cache at (see CPURates.Read); only the source's
+	// matters. Zero: not measured.
+	ImageReadCPUBytesPerSec float64 `json:"image_read_cpu_bytes_per_sec,omitempty"`
 	// LinkStreamBytesPerSec is the rate one core can receive a stream at
 	// while it sends one, both at the pace of the node's link (the ring of
 	// bandwidth probes; see CPURates.Link). Zero: not measured.
@@ -94,6 +103,8 @@ func (p Probe) Resources(role Role) Resources {
 			Net:           net,
 			Relay:         p.RelayBytesPerSec,
 			Link:          p.LinkStreamBytesPerSec,
+			Feed:          p.FeedBytesPerSec,
+			Read:          p.ImageReadCPUBytesPerSec,
 			Disk:          p.DiskWriteCPUBytesPerSec,
 			Copy:          p.MemcpyBytesPerSec,
 			Digest:        p.DigestBytesPerSec,

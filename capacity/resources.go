@@ -71,7 +71,16 @@ type CPURates struct {
 	// loopback, where Net and Relay are measured, and a byte costs more.
 	// What it costs beyond two streams and two copies is added to each
 	// stream of the host, half of it per stream. Zero: not measured.
-	Link   float64
+	Link float64
+	// Feed is the source's data path for one child, as Relay is a
+	// node's: the encoder's write of its frames into a pipe, the relay's
+	// splices and tee, the copy into its history and the send. Zero: a
+	// copy and a stream per child.
+	Feed float64
+	// Read is the source's read of its stored image through the page
+	// cache, which walks pages and costs several copies' worth on a busy
+	// machine. Zero: a copy.
+	Read   float64
 	Disk   float64 // drive one disk transfer (the paper's 80 MB/s SCSI)
 	Copy   float64 // memory-to-memory copy (read(2), write(2), pipes)
 	Digest float64 // CRC32C or zero-run scan: one read pass over the data

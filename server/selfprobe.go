@@ -124,14 +124,16 @@ func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
 	return p, nil
 }
 
-// probeSelf measures the source for the capacity model while nodes join.
-func (s *Server) probeSelf(ctx context.Context) {
+// probeSelf measures the source for the capacity model while nodes join,
+// its data path through history, the memory its relay's history takes.
+func (s *Server) probeSelf(ctx context.Context, history []byte) {
 	defer close(s.probed)
 	if s.cfg.NoProbe {
 		return
 	}
 	s.probe = probe.Run(ctx, probe.Config{Name: SourceName, Image: s.cfg.Image, Compress: true,
-		Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget, SkipRelay: true, SkipDecoders: s.unusedDecoders()})
+		Budget: probe.CastBudget, DiskBudget: probe.CastDiskBudget, Source: true, RelayHistory: history, SkipDecoders: s.unusedDecoders()})
+	s.log.Debug("source probed", "probe", s.probe.Probe, "notes", s.probe.Notes)
 }
 
 // maxUsedMap bounds the block map a welcome carries: a longer one is sent

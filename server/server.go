@@ -314,6 +314,10 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.keepAlive(ctx) }()
+	// The source relay's history is mapped while the nodes join; the
+	// source's probe measures its path through it, as the cast will.
+	history := relay.NewHistory()
+	s.history = history
 	go func() {
 		s.scan(ctx)
 		// After the scan, so the probe times codecs on the image itself
@@ -323,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		// competes with it. Overlapping, the source's probe and a node's
 		// slowed each other at random: the prediction of one cast in the
 		// lab swung from 203 to 329 MB/s between runs.
-		s.probeSelf(ctx)
+		s.probeSelf(ctx, history)
 	}()
 	return s.run(ctx)
 }
@@ -345,10 +349,6 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	} else {
 		fmt.Fprintln(s.cfg.Out, "waiting for nodes; press Enter to start with the nodes that have joined")
 	}
-	history := relay.NewHistory()
-	s.mu.Lock()
-	s.history = history
-	s.mu.Unlock()
 	select {
 	case <-s.scanned:
 	case <-ctx.Done():

@@ -4,21 +4,15 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,9 +46,10 @@ type Config struct {
 	// Buffered measures writes to a block device through the page cache,
 	// as a node run with Buffered writes them; otherwise with O_DIRECT.
 	Buffered bool
-	// SkipRelay leaves the relay's data path unmeasured: the source
-	// relays nothing.
-	SkipRelay bool
+	// Source measures the source's data path (see feedCost) where a
+	// node's is a relay's (see relayCost), and what reading Image through
+	// the page cache costs (see readCost).
+	Source bool
 	// RelayHistory is the history the relay probe uses (relay.NewHistory;
 	// nil: one of its own). The node's cast reuses it: the probe has
 	// already paid for mapping its pages.
@@ -149,6 +144,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	r.Notes = append(r.Notes, <-disks...)
 	r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = diskReport.DiskWriteBytesPerSec, diskReport.DiskWriteCPUBytesPerSec
 	r.ZeroesByWriting, r.DiskReadBytesPerSec, r.SyncSeconds = diskReport.ZeroesByWriting, diskReport.DiskReadBytesPerSec, diskReport.SyncSeconds
+	r.ImageReadCPUBytesPerSec = diskReport.ImageReadCPUBytesPerSec
 
 	// One pair of buffers serves every memory measurement, so probing
 	// stays small next to a node's working set.
@@ -162,7 +158,11 @@ func Run(ctx context.Context, cfg Config) Report {
 	// sooner.
 	r.MemcpyBytesPerSec = measure(cfg.Budget/5, func() int { return copy(dst, src) })
 	r.DigestBytesPerSec = measure(cfg.Budget/5, func() int { imaging.CRC32C(src); return len(src) })
-	r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, !cfg.SkipRelay, note)
+	if cfg.Source {
+		r.NetStreamBytesPerSec, r.FeedBytesPerSec = probeFeed(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, note)
+	} else {
+		r.NetStreamBytesPerSec, r.RelayBytesPerSec = probeStreams(ctx, src, cfg.RelayHistory, r.MemcpyBytesPerSec, cfg.Budget, true, note)
+	}
 	dst = nil
 	r.Notes = append(r.Notes, decoderNotes...)
 	sample := src[:2<<20]
@@ -204,6 +204,16 @@ func probeDisks(ctx context.Context, cfg Config, r *Report) []string {
 			note("image read rate: %v", err)
 		} else {
 			r.DiskReadBytesPerSec = rate
+		}
+	}
+	if cfg.Image != "" && cfg.Source {
+		// A fifth of the CPU budget: a megabyte's read takes a fraction
+		// of a millisecond, and the source's probe runs while nodes join.
+		cost, err := readCost(ctx, cfg.Image, cfg.Budget/5)
+		if err != nil {
+			note("image read cost: %v", err)
+		} else {
+			r.ImageReadCPUBytesPerSec = 1 / cost
 		}
 	}
 	return notes
@@ -253,66 +263,6 @@ func PathCost(p capacity.Probe) float64 {
 		return 0
 	}
 	return 1/p.RelayBytesPerSec + 2/p.NetStreamBytesPerSec + 1/p.MemcpyBytesPerSec
-}
-
-// nicSpeed finds the interface holding ip (or the default route's) and
-// reads the speed it negotiated.
-func nicSpeed(ip net.IP) (string, float64, error) {
-	name, err := interfaceFor(ip)
-	if err != nil {
-		return "", 0, err
-	}
-	if name == "lo" {
-		return name, 0, errors.New("loopback has no link speed (no link limit is modelled)")
-	}
-	b, err := os.ReadFile(filepath.Join("/sys/class/net", name, "speed"))
-	if err != nil {
-		return name, 0, fmt.Errorf("%s reports no speed (a bridge, a tunnel or a virtual NIC?)", name)
-	}
-	mbit, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || mbit <= 0 {
-		return name, 0, fmt.Errorf("%s reports no speed (link down, or a virtual NIC)", name)
-	}
-	return name, float64(mbit) * 1e6 / 8, nil
-}
-
-func interfaceFor(ip net.IP) (string, error) {
-	if ip == nil {
-		return defaultRouteInterface()
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	for _, i := range ifs {
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-				return i.Name, nil
-			}
-		}
-	}
-	if ip.IsLoopback() {
-		return "lo", nil
-	}
-	return "", fmt.Errorf("no interface holds %s", ip)
-}
-
-// defaultRouteInterface reads the kernel's IPv4 routing table.
-func defaultRouteInterface() (string, error) {
-	f, err := os.Open("/proc/net/route")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 2 && fields[1] == "00000000" && fields[0] != "Iface" {
-			return fields[0], nil
-		}
-	}
-	return "", errors.New("no default route")
 }
 
 // measure runs work repeatedly for about budget and returns bytes/s.
@@ -453,8 +403,14 @@ func (r Report) Format() string {
 		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
 		{"relay path, one core", rate(r.RelayBytesPerSec)},
 	}
+	if r.FeedBytesPerSec > 0 {
+		rows = append(rows, [2]string{"source path, one core", rate(r.FeedBytesPerSec)})
+	}
 	if r.DiskReadBytesPerSec > 0 {
 		rows = append(rows, [2]string{"image read", rate(r.DiskReadBytesPerSec)})
+	}
+	if r.ImageReadCPUBytesPerSec > 0 {
+		rows = append(rows, [2]string{"image read, one core", rate(r.ImageReadCPUBytesPerSec)})
 	}
 	rows = append(rows,
 		[2]string{"memory copy, one core", rate(r.MemcpyBytesPerSec)},
@@ -475,51 +431,4 @@ func (r Report) Format() string {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
 	return b.String()
-}
-
-// LocalIPFor returns the local address this machine would use to reach
-// addr (host:port or host), without sending anything.
-func LocalIPFor(addr string) (net.IP, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
-	if err != nil {
-		return nil, fmt.Errorf("no route to %s: %w", host, err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP, nil
-}
-
-// NICSpeed returns the interface holding ip and the speed it negotiated in
-// bytes per second, or an error saying why it is unknown.
-func NICSpeed(ip net.IP) (string, float64, error) { return nicSpeed(ip) }
-
-// MACs lists the hardware addresses of the machine's interfaces.
-func MACs() []string {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback == 0 && len(i.HardwareAddr) > 0 {
-			out = append(out, i.HardwareAddr.String())
-		}
-	}
-	return out
-}
-
-// MachineID identifies the running kernel: every process on one machine,
-// in whatever network namespace, reads the same boot ID, and two machines
-// never do. It is hashed, so that it says nothing else. "" where the
-// kernel does not tell.
-func MachineID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil || len(bytes.TrimSpace(b)) == 0 {
-		return ""
-	}
-	sum := sha256.Sum256(bytes.TrimSpace(b))
-	return hex.EncodeToString(sum[:8])
 }

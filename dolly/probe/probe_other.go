@@ -18,7 +18,15 @@ func probeRead(context.Context, string, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported
 }
 
+func readCost(context.Context, string, time.Duration) (float64, error) {
+	return 0, errProbeUnsupported
+}
+
 func streamCost([]byte, time.Duration) (float64, error) { return 0, errProbeUnsupported }
+
+func feedCost(context.Context, []byte, []byte, time.Duration) (float64, error) {
+	return 0, errProbeUnsupported
+}
 
 func relayCost(context.Context, []byte, []byte, time.Duration) (float64, error) {
 	return 0, errProbeUnsupported

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"path/filepath"
@@ -48,6 +49,40 @@ func TestProbeMeasuresWithoutChangingTheTarget(t *testing.T) {
 	}
 	text := r.Format()
 	for _, want := range []string{"probe of pc07", "target write", "zstd decode", "CRC-32C", "relay path"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// The source's probe measures its own path, not a relay node's, and what
+// reading its image costs.
+func TestSourceProbeMeasuresItsPath(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the source's path is measured on Linux only")
+	}
+	img := filepath.Join(t.TempDir(), "nt.img")
+	if err := testimage.Write(img, 48<<20, 3, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	r := Run(t.Context(), Config{Name: "source", Image: img, Source: true, Budget: 60 * time.Millisecond, LocalIP: net.IPv4(127, 0, 0, 1)})
+	for name, v := range map[string]float64{
+		"source path": r.FeedBytesPerSec, "image read CPU": r.ImageReadCPUBytesPerSec,
+		"image read": r.DiskReadBytesPerSec, "TCP stream": r.NetStreamBytesPerSec,
+	} {
+		if v <= 1e6 {
+			t.Errorf("%s: %v bytes/s (notes %q)", name, v, r.Notes)
+		}
+	}
+	if r.RelayBytesPerSec != 0 {
+		t.Errorf("a source measured a relay node's path: %v bytes/s", r.RelayBytesPerSec)
+	}
+	// The source's path holds a stream's send, a pipe's copy and more.
+	if r.FeedBytesPerSec >= r.NetStreamBytesPerSec {
+		t.Errorf("source path at %v bytes/s, faster than one stream's half at %v", r.FeedBytesPerSec, r.NetStreamBytesPerSec)
+	}
+	text := r.Format()
+	for _, want := range []string{"source path, one core", "image read, one core"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}
@@ -123,6 +158,72 @@ func TestRelayCostEndsWithItsStream(t *testing.T) {
 		if cost <= 0 || time.Since(start) > 2*time.Second {
 			t.Fatalf("run %d: %v s per byte in %v", i, cost, time.Since(start))
 		}
+	}
+}
+
+// The source's path measured ends with its stream every time, and runs
+// through the history it is given (the cast's, whose pages it maps), which
+// no relay of the probe writes once it has returned.
+func TestFeedCostRunsThroughTheHistoryGiven(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the source's path is measured on Linux only")
+	}
+	buf := make([]byte, 256<<10)
+	StandardSample(buf, 1)
+	history := make([]byte, 4<<20)
+	for i := range 5 {
+		clear(history)
+		start := time.Now()
+		cost, err := feedCost(t.Context(), buf, history, time.Millisecond)
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if cost <= 0 || time.Since(start) > 2*time.Second {
+			t.Fatalf("run %d: %v s per byte in %v", i, cost, time.Since(start))
+		}
+		if !bytes.Contains(history, buf[:4096]) {
+			t.Fatalf("run %d: the history given holds none of the bytes fed", i)
+		}
+		snapshot := bytes.Clone(history)
+		runtime.Gosched()
+		if !bytes.Equal(snapshot, history) {
+			t.Fatalf("run %d: the history changed after the probe returned", i)
+		}
+	}
+}
+
+// The read probe reads the image's data through the page cache, where a
+// sparse file keeps it, and refuses a file too small to time.
+func TestReadCostReadsTheImage(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the image's read is measured on Linux only")
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 8<<20)
+	StandardSample(data, 1)
+	// A sparse file of 64 MiB: data at 16 MiB and at its end, holes between.
+	if _, err := f.WriteAt(data, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 56<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cost, err := readCost(t.Context(), img, 20*time.Millisecond)
+	if err != nil || cost <= 0 {
+		t.Fatalf("readCost = %v, %v; want a cost per byte", cost, err)
+	}
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, data[:4096], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readCost(t.Context(), small, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), "too small") {
+		t.Fatalf("readCost of a 4 KiB file: %v, want too small to measure", err)
 	}
 }
 
