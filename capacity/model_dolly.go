@@ -111,9 +111,12 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 }
 
 // dollySourceLimits covers dolly-server. It reads the stored image (the
-// disk's DMA and one read copy) and write(2)s every frame to each child
-// socket (one copy per child). What lies between depends on how the image
-// is stored and sent, with s the stored bytes per raw byte:
+// disk's DMA and one read copy) and write(2)s every frame into a pipe,
+// which its relay splices (and tees) to each child socket and copies into
+// its history, as a node's relay does; without that path's own figure, a
+// copy and a stream per child stand for it. What lies between the read
+// and the pipe depends on how the image is stored and sent, with s the
+// stored bytes per raw byte:
 //
 //	raw as raw:           scan what is read for zero runs (s: all of it, less a sparse file's holes),
 //	                      CRC the data (d; the digest takes the frames' CRCs)
@@ -130,7 +133,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 //	          the copy rate; where the source's path was probed whole
 //	          (feed, for one child: the frames' write into the relay's pipe,
 //	          its splices and tee, its history and the send), it stands for
-//	          the last two terms: w/feed + (o-1)·w/net, at least w/(2·feed)
+//	          the last two terms: w/feed + (o-1)·w/net
 func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 	flow := Flow{Source: true, Out: out, Disk: true}
 	o := float64(out)
@@ -176,8 +179,7 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 	if r.CPU.Feed > 0 && out > 0 {
 		// Measured whole for one child: each other child adds a stream
 		// (the relay tees the pipe to it), as at a node.
-		path := share(r.CPU.Feed)
-		send = w * max(path+(o-1)*share(r.CPU.Net), path/2)
+		send = w * (share(r.CPU.Feed) + (o-1)*share(r.CPU.Net))
 	}
 	cpu := stored*r.readCost() + passes*share(r.CPU.Digest) + convert + send
 	h.add(CPULimit, flow, cpu, r.cores())

@@ -58,8 +58,9 @@ type Probe struct {
 	RelayBytesPerSec float64 `json:"relay_bytes_per_sec,omitempty"`
 	// FeedBytesPerSec is the rate one core can push the source's data
 	// path for one child: its frames written into a pipe, forwarded by
-	// the relay with splice and tee, taken into its history and sent
-	// (see CPURates.Feed). Zero: not measured (a node's probe).
+	// the relay with splice and tee, taken into its history and sent, the
+	// child's receive left out (see CPURates.Feed). Zero: not measured (a
+	// node's probe).
 	FeedBytesPerSec float64 `json:"feed_bytes_per_sec,omitempty"`
 	// ImageReadCPUBytesPerSec is the rate one core reads the stored image
 	// through the page cache at (see CPURates.Read); only the source's

@@ -126,6 +126,19 @@ func TestSourceConversions(t *testing.T) {
 		t.Errorf("4 compressing threads described as %q", got)
 	}
 
+	// With the read through the page cache probed (1 GB/s a core), the
+	// thread and the source's CPU read at that cost rather than a copy's.
+	probed := net
+	probed.Hosts = slices.Clone(net.Hosts)
+	probed.Hosts[0].Resources.CPU.Read = 1000 * MB
+	read := evaluateWith(t, probed, Chain(2), zstd, Options{Stored: &raw})
+	if got, want := find(t, read, CompressLimit, "src").Coef, (1/1.0+1/4.0+1/0.1)*ns; !near(got, want) {
+		t.Errorf("compressing thread with a probed read: %v, want %v", got, want)
+	}
+	if got, want := find(t, read, CPULimit, "src").Coef, (1/1.0+1.5/4.0+1/0.1+0.5/2.0+0.5/1.0)*ns; !near(got, want) {
+		t.Errorf("compressing source with a probed read: CPU %v, want %v", got, want)
+	}
+
 	decoded := evaluateWith(t, net, Chain(2), raw, Options{Stored: &zstd})
 	if disk := find(t, decoded, DiskLimit, "src"); !near(disk.Coef, 0.5) {
 		t.Errorf("decoding source reads %v per raw byte, want 0.5", disk.Coef)

@@ -314,12 +314,19 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	go func() { defer wg.Done(); s.acceptLoop(ctx, &wg) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.keepAlive(ctx) }()
-	// The source relay's history is mapped while the nodes join; the
-	// source's probe measures its path through it, as the cast will.
-	history := relay.NewHistory()
-	s.history = history
+	// The source relay's history is mapped while the image is scanned
+	// (mapping it takes a while on a VM); the source's probe measures its
+	// path through it, as the cast will. The probe is done before any node
+	// is admitted (see probed), so before a source takes the history from
+	// s.history.
+	mapped := make(chan []byte, 1)
+	go func() { mapped <- relay.NewHistory() }()
 	go func() {
 		s.scan(ctx)
+		history := <-mapped
+		s.mu.Lock()
+		s.history = history
+		s.mu.Unlock()
 		// After the scan, so the probe times codecs on the image itself
 		// and does not compete with the scan for the CPU; and before any
 		// node is admitted (see handleNode), so that neither a node's probe

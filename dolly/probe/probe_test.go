@@ -214,6 +214,24 @@ func TestReadCostReadsTheImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	r, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const MiB = 1 << 20
+	for _, tt := range []struct{ off, want int64 }{
+		{0, 16 * MiB},          // the hole before the first data is skipped
+		{17 * MiB, 17 * MiB},   // within data
+		{30 * MiB, 56 * MiB},   // the hole between is skipped
+		{63 * MiB, 63 * MiB},   // the last whole chunk
+		{70 * MiB, 16 * MiB},   // past the end: from the first data again
+		{63*MiB + 1, 16 * MiB}, // no whole chunk left
+	} {
+		if got := nextData(r, tt.off, 64*MiB); got != tt.want {
+			t.Errorf("nextData(%d MiB) = %.2f MiB, want %d MiB", tt.off/MiB, float64(got)/MiB, tt.want/MiB)
+		}
+	}
 	cost, err := readCost(t.Context(), img, 20*time.Millisecond)
 	if err != nil || cost <= 0 {
 		t.Fatalf("readCost = %v, %v; want a cost per byte", cost, err)

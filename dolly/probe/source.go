@@ -11,6 +11,7 @@ import (
 func probeFeed(ctx context.Context, buf, history []byte, copyRate float64, budget time.Duration, note func(string, ...any)) (stream, feed float64) {
 	stream, _ = probeStreams(ctx, buf, history, copyRate, budget, false, note)
 	if stream <= 0 {
+		note("source path cost: not measured without a stream's")
 		return 0, 0
 	}
 	fed, err := feedCost(ctx, buf, history, budget)

@@ -41,17 +41,17 @@ func readCost(ctx context.Context, path string, budget time.Duration) (float64, 
 		if ctx.Err() != nil || failed != nil {
 			return 1 // ends the loop at its budget; the error is reported
 		}
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if err != nil || data+readChunk > size {
-			data = 0 // past the last data: from the start again
-		}
+		data := nextData(f, off, size)
 		n, err := f.ReadAt(buf, data)
-		if err != nil && err != io.EOF {
+		switch {
+		case err != nil && err != io.EOF:
 			failed = err
+		case n == 0:
+			failed = io.ErrUnexpectedEOF // the file shrank: no read would count
 		}
 		off = data + step
 		read += int64(n)
-		return n
+		return max(n, 1)
 	}
 	rate := measure(budget, next)
 	switch {
@@ -63,6 +63,23 @@ func readCost(ctx context.Context, path string, budget time.Duration) (float64, 
 		return 0, errors.New("too fast to measure")
 	}
 	return 1 / rate, nil
+}
+
+// nextData is where the read probe reads next, from off on: the next
+// stretch of data of a sparse file, from its first once past its last; off
+// itself where the file system cannot tell (the whole file is data).
+func nextData(f *os.File, off, size int64) int64 {
+	if off+readChunk > size {
+		off = 0
+	}
+	data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) && off > 0 { // no data past off
+		data, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+	}
+	if err != nil {
+		return off
+	}
+	return min(data, size-readChunk)
 }
 
 // readChunk is what the read probe reads at a time, as the encoder does a
@@ -85,7 +102,9 @@ func feedCost(ctx context.Context, buf, history []byte, budget time.Duration) (f
 		return 0, fmt.Errorf("no loopback: %w", err)
 	}
 	defer down.Close()
-	r, err := relay.New(relay.Config{NoLocalCopy: true, History: history})
+	// The child is this process's own: a second without an acknowledgement
+	// is a fault, not a slow disk.
+	r, err := relay.New(relay.Config{NoLocalCopy: true, History: history, DeliveryStall: time.Second})
 	if err != nil {
 		return 0, err
 	}
