@@ -406,7 +406,7 @@ func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
 }
 
 // send writes buf to c repeatedly for budget, and at least 64 MiB.
-func send(c net.Conn, buf []byte, budget time.Duration) (int64, error) {
+func send(c io.Writer, buf []byte, budget time.Duration) (int64, error) {
 	var sent int64
 	start := time.Now()
 	for time.Since(start) < budget || sent < 64<<20 {

@@ -138,14 +138,9 @@ func feedCost(ctx context.Context, buf, history []byte, budget time.Duration) (f
 		return 0, err
 	}
 	c0 := ProcessCPU()
-	var sent int64
-	start := time.Now()
-	for time.Since(start) < budget || sent < 64<<20 {
-		n, err := pw.Write(buf)
-		sent += int64(n)
-		if err != nil {
-			return 0, fmt.Errorf("feeding the relay: %w", err)
-		}
+	sent, err := send(pw, buf, budget)
+	if err != nil {
+		return 0, fmt.Errorf("feeding the relay: %w", err)
 	}
 	r.EndSeen() // all of it is the stream: its end is no cut
 	pw.Close()
