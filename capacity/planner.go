@@ -12,8 +12,11 @@ const (
 	// DefaultFrameBytes is the raw payload of one frame: small enough that
 	// forwarding starts at once, large enough to keep per-frame costs low.
 	DefaultFrameBytes = 1 << 20
-	// RelayQueueBytes is what a dolly relay holds in flight on a saturated
-	// link: one splice of a quarter of its 1 MiB pipe.
+	// RelayQueueBytes is what a hop of dolly relays holds in flight on a
+	// saturated link: the batch its relay wakes for (a few milliseconds of
+	// the stream, a round of 256 KiB at most) and the queues of TCP and the
+	// link before it. In the emulated lab a hop of a link-bound chain at
+	// 100 Mbit/s lagged 20-30 ms, about this at its 12 MB/s.
 	RelayQueueBytes = 256 << 10
 	// DefaultStartup covers connecting the tree, the handshakes and
 	// opening the targets before the first byte flows, and the final sync

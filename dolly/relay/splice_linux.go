@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,8 +53,8 @@ func (p rawPipe) close() {
 // spliceState is the relay's inbound pipe.
 type spliceState struct {
 	in     rawPipe
-	inSize int      // what one round moves at most
-	lowFor Upstream // the upstream whose wake-up size was set
+	inSize int // what one round moves at most
+	wake   wakeSize
 }
 
 // inPipeSize is the inbound pipe's capacity: what one round moves at most.
@@ -92,18 +93,17 @@ func (r *Relay) spliceRound(up Upstream) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if up != r.sp.lowFor {
-		// Wake for a whole round, not for every few packets: a round's
-		// syscalls and wake-ups then carry 256 KiB (7% less CPU per GB on
-		// loopback). It delays each hop by a round's time on the wire,
-		// 21 ms at 100 Mbit/s. A pipe (the source's) has no such option.
-		r.sp.lowFor = up
-		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, r.sp.inSize) })
+	// Wake for a batch, not for every few packets, but for no more than
+	// the link carries in a few milliseconds (wakeSize). A pipe (the
+	// source's) has no such option; setting it fails harmlessly.
+	if size, ok := r.sp.wake.next(up, r.sp.inSize, time.Now()); ok {
+		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, size) })
 	}
 	n, err := spliceIn(rc, r.sp.in.w, r.sp.inSize)
 	if err == nil && n == 0 {
 		err = errEOF
 	}
+	r.sp.wake.moved(n)
 	return n, err
 }
 

@@ -1,0 +1,68 @@
+package relay
+
+import (
+	"testing"
+	"time"
+)
+
+type fakeUpstream struct{ Upstream }
+
+func TestWakeSizeFollowsTheRate(t *testing.T) {
+	const round = 256 << 10
+	a, b := &fakeUpstream{}, &fakeUpstream{}
+	t0 := time.Unix(1000, 0)
+	type step struct {
+		up      Upstream
+		moved   int           // bytes moved before the call
+		after   time.Duration // since t0
+		want    int
+		changed bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a new upstream starts small", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+		}},
+		{"within a window nothing changes", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 10 << 20, after: rateWindow / 2, want: minWake},
+		}},
+		{"100 Mbit/s: 4 ms of 12.5 MB/s", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 625_000, after: rateWindow, want: 50_000, changed: true},
+		}},
+		{"fast links get a whole round", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
+		}},
+		{"a slow or idle upstream gets the least", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
+			{up: a, moved: 0, after: 2 * rateWindow, want: minWake, changed: true},
+		}},
+		{"a small change costs no syscall", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 625_000, after: rateWindow, want: 50_000, changed: true},
+			{up: a, moved: 690_000, after: 2 * rateWindow, want: 50_000},
+		}},
+		{"a new upstream starts again", []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
+			{up: b, after: rateWindow + time.Millisecond, want: minWake, changed: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w wakeSize
+			for i, s := range tt.steps {
+				w.moved(s.moved)
+				got, changed := w.next(s.up, round, t0.Add(s.after))
+				if got != s.want || changed != s.changed {
+					t.Fatalf("step %d: got %d (changed %v), want %d (changed %v)", i, got, changed, s.want, s.changed)
+				}
+			}
+		})
+	}
+}
