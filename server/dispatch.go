@@ -65,6 +65,7 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 			return
 		}
 		n.status, n.end, n.digest = stDone, now, m.Done.Digest
+		n.castCPU = time.Duration(m.Done.CPU * float64(time.Second))
 		n.progress.Written = m.Done.Written
 		n.pos = max(n.pos, m.Done.Pos) // its last progress may be older than the end
 	case control.MsgFail:

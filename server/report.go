@@ -26,6 +26,22 @@ type Report struct {
 	// Replans are the checks of a cast that ran below its prediction; the
 	// plan above is the one it started with.
 	Replans []ReportReplan `json:"replans,omitempty"`
+	// ThisMachine is how the CPUs of dolly-server's machine spent the
+	// cast, when nodes ran on it too (see MachineUse).
+	ThisMachine *ReportMachine `json:"this_machine,omitempty"`
+}
+
+// ReportMachine is how a machine's CPUs spent the cast, as shares of their
+// time: Busy, Steal (taken by a VM's host) and Idle (or waiting for a
+// disk); Processes is the part of Busy the cast's own processes reported
+// (0: not all of them did).
+type ReportMachine struct {
+	Hosts     int     `json:"hosts"`
+	Cores     int     `json:"cores"`
+	Busy      float64 `json:"busy"`
+	Processes float64 `json:"processes,omitempty"`
+	Steal     float64 `json:"steal"`
+	Idle      float64 `json:"idle"`
 }
 
 // ReportReplan is one check of a running cast.
@@ -83,6 +99,11 @@ func NewReport(sum Summary) Report {
 	}
 	if !sum.Digest.IsZero() {
 		r.Digest = sum.Digest.String()
+	}
+	if m := sum.ThisMachine; m != nil && m.CPU.Total() > 0 {
+		busy, steal, idle := m.shares()
+		r.ThisMachine = &ReportMachine{Hosts: m.Hosts, Cores: m.Cores, Busy: busy, Steal: steal, Idle: idle,
+			Processes: min(m.Processes.Seconds()/m.CPU.Total().Seconds(), busy)}
 	}
 	if p := sum.Plan.Result.Plan; p.Hosts != nil {
 		r.Plan = ReportPlan{

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -439,9 +440,16 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum.Started = true
 	w := s.newWatch(choice)
-	cpu := probe.ProcessCPU()
+	cpu, machine := probe.ProcessCPU(), probe.ReadCPUTimes()
 	digest, err := s.runCast(ctx, plan, w)
 	s.log.Debug("cast done", "cpu", probe.ProcessCPU()-cpu, "took", time.Since(start))
+	if here, nodesCPU, reported := s.nodesHere(ready); here > 0 {
+		use := MachineUse{Hosts: 1 + here, Cores: runtime.NumCPU(), CPU: probe.ReadCPUTimes().Sub(machine)}
+		if reported {
+			use.Processes = probe.ProcessCPU() - cpu + nodesCPU
+		}
+		sum.ThisMachine = &use
+	}
 	if w != nil {
 		sum.Replans = w.said
 	}

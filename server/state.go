@@ -32,6 +32,9 @@ func (s status) String() string {
 // the cast runs on is the castTree's to say. Fields are guarded by the
 // Server's mutex.
 type nodeState struct {
+	// castCPU is the CPU time the node's process reported its part of the
+	// cast cost, once done; 0 until then.
+	castCPU    time.Duration
 	name       string
 	from       string // remote address of the control connection
 	dataAddr   string

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"dolly/dolly/probe"
 	"dolly/imaging"
 	"dolly/internal/units"
 )
@@ -34,6 +35,48 @@ type Summary struct {
 	// server took the cast up, and was not sent again.
 	StreamBytes  int64
 	ResumedBytes int64
+	// ThisMachine is how the CPUs of dolly-server's machine spent the
+	// cast, when nodes ran on it too; nil otherwise.
+	ThisMachine *MachineUse
+}
+
+// MachineUse is how a machine's CPUs spent a cast whose hosts shared it
+// (the demo, an emulated lab, VMs on one host). The model counts every
+// core as the cast's; what the cast could not use of them (the VM's host
+// took it, or it stayed idle while the hosts waited on each other or on
+// a disk) is why a plan bound by that CPU runs below its prediction.
+type MachineUse struct {
+	Hosts int // the source and the nodes on the machine
+	Cores int
+	CPU   probe.CPUTimes
+	// Processes is the CPU time the cast's processes on the machine
+	// reported (dolly-server's and its nodes'); 0 when some did not.
+	Processes time.Duration
+}
+
+// shares returns the parts of the CPUs' time: busy, stolen, idle.
+func (m MachineUse) shares() (busy, steal, idle float64) {
+	total := m.CPU.Total().Seconds()
+	if total <= 0 {
+		return 0, 0, 0
+	}
+	return m.CPU.Busy.Seconds() / total, m.CPU.Steal.Seconds() / total, m.CPU.Idle.Seconds() / total
+}
+
+// String says how the machine's CPUs spent the cast.
+func (m MachineUse) String() string {
+	busy, steal, idle := m.shares()
+	parts := []string{fmt.Sprintf("%.0f%% busy", 100*busy)}
+	if total := m.CPU.Total(); m.Processes > 0 && total > 0 {
+		own := min(m.Processes.Seconds()/total.Seconds(), busy)
+		parts[0] += fmt.Sprintf(" (the cast's processes %.0f%%, the kernel's threads and other programs %.0f%%)", 100*own, 100*(busy-own))
+	}
+	if steal >= 0.005 {
+		parts = append(parts, fmt.Sprintf("%.0f%% taken by the VM's host", 100*steal))
+	}
+	parts = append(parts, fmt.Sprintf("%.0f%% idle or waiting for a disk", 100*idle))
+	return fmt.Sprintf("this machine's %s over the cast (the source and %s on it): %s",
+		plural(m.Cores, "core"), plural(m.Hosts-1, "node"), strings.Join(parts, ", "))
 }
 
 // JoinParts is where the join phase went.
@@ -164,6 +207,9 @@ func (s *Server) printSummary(sum Summary) {
 	}
 	if line := predictedAgainstMeasured(sum); line != "" {
 		fmt.Fprintln(out, line)
+	}
+	if m := sum.ThisMachine; m != nil && m.CPU.Total() > 0 {
+		fmt.Fprintln(out, m)
 	}
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"testing"
 	"time"
+
+	"dolly/dolly/probe"
 )
 
 // The summary says where the join went; parts too short to show at a
@@ -40,5 +42,40 @@ func TestJoinPartsInTheReport(t *testing.T) {
 	}
 	if r := NewReport(Summary{}); r.JoinParts != nil {
 		t.Errorf("a cast that never planned reports join parts %v", r.JoinParts)
+	}
+}
+
+// The summary says how the machine that nodes shared with dolly-server
+// spent the cast; a share of the VM's host shows only where there is one.
+func TestMachineUse(t *testing.T) {
+	tests := []struct {
+		name string
+		use  MachineUse
+		want string
+	}{
+		{"a VM", MachineUse{Hosts: 25, Cores: 2, CPU: probe.CPUTimes{Busy: 4200 * time.Millisecond, Steal: 300 * time.Millisecond, Idle: 500 * time.Millisecond}, Processes: 3600 * time.Millisecond},
+			"this machine's 2 cores over the cast (the source and 24 nodes on it): 84% busy (the cast's processes 72%, the kernel's threads and other programs 12%), 6% taken by the VM's host, 10% idle or waiting for a disk"},
+		{"a node did not report its CPU", MachineUse{Hosts: 25, Cores: 2, CPU: probe.CPUTimes{Busy: 4200 * time.Millisecond, Steal: 300 * time.Millisecond, Idle: 500 * time.Millisecond}},
+			"this machine's 2 cores over the cast (the source and 24 nodes on it): 84% busy, 6% taken by the VM's host, 10% idle or waiting for a disk"},
+		{"no host to take any", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}},
+			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.use.String(); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+			r := NewReport(Summary{ThisMachine: &tt.use})
+			busy, steal, idle := tt.use.shares()
+			if m := r.ThisMachine; m == nil || m.Hosts != tt.use.Hosts || m.Cores != tt.use.Cores || m.Busy != busy || m.Steal != steal || m.Idle != idle {
+				t.Errorf("report's machine = %+v, want %d hosts, %d cores, %.2f/%.2f/%.2f", r.ThisMachine, tt.use.Hosts, tt.use.Cores, busy, steal, idle)
+			}
+			if want := tt.use.Processes.Seconds() / tt.use.CPU.Total().Seconds(); r.ThisMachine != nil && r.ThisMachine.Processes != want {
+				t.Errorf("report's processes share = %v, want %v", r.ThisMachine.Processes, want)
+			}
+		})
+	}
+	if r := NewReport(Summary{}); r.ThisMachine != nil {
+		t.Errorf("a cast without nodes on the server's machine reports %+v", r.ThisMachine)
 	}
 }

@@ -271,6 +271,9 @@ type Done struct {
 	Pos int64 `json:"pos,omitempty"`
 	// Lost names children the node could not keep sending to.
 	Lost []string `json:"lost,omitempty"`
+	// CPU is the CPU time, in seconds, the node's process used from its
+	// assignment to this report: what its part of the cast cost.
+	CPU float64 `json:"cpu,omitempty"`
 }
 
 // Result is the server's verdict on a node.

@@ -55,7 +55,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	stopProgress := n.reportProgress()
 	defer stopProgress()
 	n.log.Info("casting", "upstream", a.Upstream, "children", len(a.Children), "zero_copy", r.ZeroCopy())
-	cpuAtStart := probe.ProcessCPU()
+	n.cpuAtStart = probe.ProcessCPU()
 
 	var verdict *control.Result
 	var diskErr error
@@ -91,7 +91,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	}
 	// The data path's own cost, without joining and probing: what a
 	// relay costs per byte.
-	n.log.Info("stream done", "cpu", (probe.ProcessCPU() - cpuAtStart).Round(time.Millisecond))
+	n.log.Info("stream done", "cpu", (probe.ProcessCPU() - n.cpuAtStart).Round(time.Millisecond))
 	res := n.result()
 	if diskErr != nil {
 		return res, diskErr
@@ -209,7 +209,8 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 
 func (n *node) reportDone() {
 	_, d := n.out.get()
-	done := control.Done{Digest: d.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds(), Pos: n.relay.Pos()}
+	done := control.Done{Digest: d.String(), Written: n.counters.Written.Load(), Seconds: time.Since(n.start).Seconds(), Pos: n.relay.Pos(),
+		CPU: (probe.ProcessCPU() - n.cpuAtStart).Seconds()}
 	n.ctl.send(control.Message{Type: control.MsgDone, Done: &done})
 }
 

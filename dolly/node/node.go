@@ -139,6 +139,8 @@ type node struct {
 	encoding string // how the stream travels, from the assignment
 	counters stream.Counters
 	start    time.Time
+	// cpuAtStart is the process's CPU time when the cast began.
+	cpuAtStart time.Duration
 	// initial are the children of the first assignment, attached before
 	// the stream starts flowing.
 	initial []control.Peer

@@ -31,25 +31,52 @@ func threadCPU() time.Duration {
 }
 
 // MachineCPU is the time the whole machine's CPUs have been busy (all
-// cores, kernel threads included), from /proc/stat. Much of a write's or a
-// relay's cost lies in kernel threads (writeback, a loop device's worker,
-// softirqs) that no process's own CPU time shows.
+// cores, kernel threads included, and what a VM's host took of them), from
+// /proc/stat. Much of a write's or a relay's cost lies in kernel threads
+// (writeback, a loop device's worker, softirqs) that no process's own CPU
+// time shows.
 func MachineCPU() time.Duration {
+	t := ReadCPUTimes()
+	return t.Busy + t.Steal
+}
+
+// ReadCPUTimes reads how the machine's CPUs have spent their time since
+// boot, from /proc/stat; zero where it cannot.
+func ReadCPUTimes() CPUTimes {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return CPUTimes{}
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
-	var busy int64
-	for i, v := range strings.Fields(line)[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		busy += n
+	return parseCPUTimes(line)
+}
+
+// parseCPUTimes reads /proc/stat's first line: "cpu" and the time all
+// CPUs spent in user, nice, system, idle, iowait, irq, softirq, steal,
+// guest and guest_nice, in clock ticks (guest time is in user already).
+func parseCPUTimes(line string) CPUTimes {
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return CPUTimes{}
 	}
 	const userHZ = 100 // the unit of /proc/stat on every Linux architecture dolly builds for
-	return time.Duration(busy) * time.Second / userHZ
+	var t CPUTimes
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return CPUTimes{}
+		}
+		d := time.Duration(n) * time.Second / userHZ
+		switch i {
+		case 0, 1, 2, 5, 6: // user, nice, system, irq, softirq
+			t.Busy += d
+		case 3, 4: // idle, iowait
+			t.Idle += d
+		case 7:
+			t.Steal += d
+		}
+	}
+	return t
 }
 
 // ProcessCPU is this process's own CPU time, user and system: what its

@@ -45,3 +45,28 @@ func TestKernelThreadsCount(t *testing.T) {
 	}
 	t.Logf("kernel threads ran %v", ran)
 }
+
+// /proc/stat's first line splits into busy, stolen and idle time; a line
+// that is not the CPUs' total reads as nothing.
+func TestParseCPUTimes(t *testing.T) {
+	tick := 10 * time.Millisecond
+	tests := []struct {
+		line string
+		want CPUTimes
+	}{
+		{"cpu  100 2 300 4000 50 6 70 8 9 10", CPUTimes{Busy: (100 + 2 + 300 + 6 + 70) * tick, Steal: 8 * tick, Idle: (4000 + 50) * tick}},
+		{"cpu 1 0 1 10 0 0 0", CPUTimes{Busy: 2 * tick, Idle: 10 * tick}}, // an old kernel: no steal column
+		{"cpu0 100 2 300 4000 50 6 70 8 9 10", CPUTimes{}},
+		{"cpu  100 x 300 4000 50", CPUTimes{}},
+		{"", CPUTimes{}},
+	}
+	for _, tt := range tests {
+		if got := parseCPUTimes(tt.line); got != tt.want {
+			t.Errorf("parseCPUTimes(%q) = %+v, want %+v", tt.line, got, tt.want)
+		}
+	}
+	// The machine's own: some time has passed since boot.
+	if got := ReadCPUTimes(); got.Total() <= 0 || got.Busy <= 0 {
+		t.Errorf("ReadCPUTimes() = %+v on this machine", got)
+	}
+}

@@ -10,6 +10,9 @@ func OnOneThread(f func(cpu func() time.Duration)) { f(func() time.Duration { re
 // MachineCPU reports nothing where there is no /proc/stat.
 func MachineCPU() time.Duration { return 0 }
 
+// ReadCPUTimes reports nothing where there is no /proc/stat.
+func ReadCPUTimes() CPUTimes { return CPUTimes{} }
+
 // ProcessCPU reports nothing here.
 func ProcessCPU() time.Duration { return 0 }
 
