@@ -101,9 +101,8 @@ func NewReport(sum Summary) Report {
 		r.Digest = sum.Digest.String()
 	}
 	if m := sum.ThisMachine; m != nil && m.CPU.Total() > 0 {
-		busy, steal, idle := m.shares()
-		r.ThisMachine = &ReportMachine{Hosts: m.Hosts, Cores: m.Cores, Busy: busy, Steal: steal, Idle: idle,
-			Processes: min(m.Processes.Seconds()/m.CPU.Total().Seconds(), busy)}
+		sh := m.shares()
+		r.ThisMachine = &ReportMachine{Hosts: m.Hosts, Cores: m.Cores, Busy: sh.busy, Processes: sh.own, Steal: sh.steal, Idle: sh.idle}
 	}
 	if p := sum.Plan.Result.Plan; p.Hosts != nil {
 		r.Plan = ReportPlan{

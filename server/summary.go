@@ -54,27 +54,32 @@ type MachineUse struct {
 	Processes time.Duration
 }
 
-// shares returns the parts of the CPUs' time: busy, stolen, idle.
-func (m MachineUse) shares() (busy, steal, idle float64) {
+// cpuShares are the parts of a machine's CPU time: busy (of which own, the
+// cast's processes'; 0 if unknown), stolen and idle.
+type cpuShares struct{ busy, own, steal, idle float64 }
+
+// shares returns the parts of the CPUs' time over the cast.
+func (m MachineUse) shares() cpuShares {
 	total := m.CPU.Total().Seconds()
 	if total <= 0 {
-		return 0, 0, 0
+		return cpuShares{}
 	}
-	return m.CPU.Busy.Seconds() / total, m.CPU.Steal.Seconds() / total, m.CPU.Idle.Seconds() / total
+	busy := m.CPU.Busy.Seconds() / total
+	return cpuShares{busy: busy, own: min(m.Processes.Seconds()/total, busy),
+		steal: m.CPU.Steal.Seconds() / total, idle: m.CPU.Idle.Seconds() / total}
 }
 
 // String says how the machine's CPUs spent the cast.
 func (m MachineUse) String() string {
-	busy, steal, idle := m.shares()
-	parts := []string{fmt.Sprintf("%.0f%% busy", 100*busy)}
-	if total := m.CPU.Total(); m.Processes > 0 && total > 0 {
-		own := min(m.Processes.Seconds()/total.Seconds(), busy)
-		parts[0] += fmt.Sprintf(" (the cast's processes %.0f%%, the kernel's threads and other programs %.0f%%)", 100*own, 100*(busy-own))
+	sh := m.shares()
+	parts := []string{fmt.Sprintf("%.0f%% busy", 100*sh.busy)}
+	if sh.own > 0 {
+		parts[0] += fmt.Sprintf(" (the cast's processes %.0f%%, the kernel's threads and other programs %.0f%%)", 100*sh.own, 100*(sh.busy-sh.own))
 	}
-	if steal >= 0.005 {
-		parts = append(parts, fmt.Sprintf("%.0f%% taken by the VM's host", 100*steal))
+	if sh.steal >= 0.005 {
+		parts = append(parts, fmt.Sprintf("%.0f%% taken by the VM's host", 100*sh.steal))
 	}
-	parts = append(parts, fmt.Sprintf("%.0f%% idle or waiting for a disk", 100*idle))
+	parts = append(parts, fmt.Sprintf("%.0f%% idle or waiting for a disk", 100*sh.idle))
 	return fmt.Sprintf("this machine's %s over the cast (the source and %s on it): %s",
 		plural(m.Cores, "core"), plural(m.Hosts-1, "node"), strings.Join(parts, ", "))
 }

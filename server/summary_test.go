@@ -66,9 +66,9 @@ func TestMachineUse(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 			r := NewReport(Summary{ThisMachine: &tt.use})
-			busy, steal, idle := tt.use.shares()
-			if m := r.ThisMachine; m == nil || m.Hosts != tt.use.Hosts || m.Cores != tt.use.Cores || m.Busy != busy || m.Steal != steal || m.Idle != idle {
-				t.Errorf("report's machine = %+v, want %d hosts, %d cores, %.2f/%.2f/%.2f", r.ThisMachine, tt.use.Hosts, tt.use.Cores, busy, steal, idle)
+			sh := tt.use.shares()
+			if m := r.ThisMachine; m == nil || m.Hosts != tt.use.Hosts || m.Cores != tt.use.Cores || m.Busy != sh.busy || m.Steal != sh.steal || m.Idle != sh.idle {
+				t.Errorf("report's machine = %+v, want %d hosts, %d cores, %.2f/%.2f/%.2f", r.ThisMachine, tt.use.Hosts, tt.use.Cores, sh.busy, sh.steal, sh.idle)
 			}
 			if want := tt.use.Processes.Seconds() / tt.use.CPU.Total().Seconds(); r.ThisMachine != nil && r.ThisMachine.Processes != want {
 				t.Errorf("report's processes share = %v, want %v", r.ThisMachine.Processes, want)

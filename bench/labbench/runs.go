@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -132,7 +131,7 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	syscall.Sync()
 	var res result
 	var err error
-	start, cpu0, steal0 := time.Now(), probe.MachineCPU(), stolenCPU()
+	start, cpu0 := time.Now(), probe.ReadCPUTimes()
 	trace := traceCPU(50 * time.Millisecond)
 	switch r.method {
 	case "dolly":
@@ -146,8 +145,9 @@ func (e *labEnv) run(ctx context.Context, r runSpec, img image, verify bool) res
 	}
 	res.runSpec = r
 	res.imageUsed = img.used
-	res.busy = (probe.MachineCPU() - cpu0).Seconds() / time.Since(start).Seconds()
-	res.steal = (stolenCPU() - steal0).Seconds() / time.Since(start).Seconds()
+	used := probe.ReadCPUTimes().Sub(cpu0)
+	res.busy = (used.Busy + used.Steal).Seconds() / time.Since(start).Seconds()
+	res.steal = used.Steal.Seconds() / time.Since(start).Seconds()
 	samples := trace()
 	if r.method == "dolly" && err == nil {
 		// While the image moves, leaving out the server's start-up (it
@@ -454,23 +454,6 @@ func fsCheck(fs, dev string, node int) error {
 		return fmt.Errorf("pc%02d: %s: %v: %s", node+1, strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// stolenCPU is the time the hypervisor ran others on the machine's CPUs
-// while it had work for them (the steal column of /proc/stat), or 0.
-func stolenCPU() time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[8], 10, 64)
-	const userHZ = 100
-	return time.Duration(n) * time.Second / userHZ
 }
 
 // planName names the plan a report says ran: "chain zstd", "3-tree none".
