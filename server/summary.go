@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"dolly/capacity"
 	"dolly/dolly/probe"
 	"dolly/imaging"
 	"dolly/internal/units"
@@ -52,6 +53,10 @@ type MachineUse struct {
 	// Processes is the CPU time the cast's processes on the machine
 	// reported (dolly-server's and its nodes'); 0 when some did not.
 	Processes time.Duration
+	// Modeled is the CPU time the model counted for them: the machine's
+	// CPU per byte in the plan, from what the probes measured, times the
+	// image; 0 when the plan did not count it (see modeledCPU).
+	Modeled time.Duration
 }
 
 // cpuShares are the parts of a machine's CPU time: busy (of which own, the
@@ -80,8 +85,44 @@ func (m MachineUse) String() string {
 		parts = append(parts, fmt.Sprintf("%.0f%% taken by the VM's host", 100*sh.steal))
 	}
 	parts = append(parts, fmt.Sprintf("%.0f%% idle or waiting for a disk", 100*sh.idle))
-	return fmt.Sprintf("this machine's %s over the cast (the source and %s on it): %s",
+	line := fmt.Sprintf("this machine's %s over the cast (the source and %s on it): %s",
 		plural(m.Cores, "core"), plural(m.Hosts-1, "node"), strings.Join(parts, ", "))
+	// A plan bound by this CPU misses by the two factors: the work cost
+	// more (or less) than the probes said, and the cast got less than
+	// every core.
+	if m.Processes > 0 && m.Modeled > 0 {
+		line += fmt.Sprintf("; the cast's processes spent %.1f CPU-s, %.2f× the %.1f the model counted from the probes",
+			m.Processes.Seconds(), m.Processes.Seconds()/m.Modeled.Seconds(), m.Modeled.Seconds())
+	}
+	return line
+}
+
+// modeledCPU is the CPU time the model counted for the hosts of ch's plan
+// that share the source's machine (hosts of them, the source included):
+// that machine's CPU per byte times the image. It is 0 when the plan did
+// not share out a machine of that many hosts, or left nodes out (their
+// streams run beside the plan's, on figures of their own).
+func modeledCPU(ch Choice, hosts int, size int64) time.Duration {
+	if !ch.Modeled || len(ch.Apart) > 0 || size <= 0 || len(ch.Result.Plan.Hosts) == 0 {
+		return 0
+	}
+	// The source's machine is named after the source, unless a topology
+	// file named it: then it is the one machine of that many hosts.
+	var found []capacity.Constraint
+	for _, c := range ch.Result.Constraints {
+		if c.Kind != capacity.MachineCPULimit || c.Streams != hosts {
+			continue
+		}
+		if c.Subject == ch.Result.Plan.Hosts[0] {
+			found = []capacity.Constraint{c}
+			break
+		}
+		found = append(found, c)
+	}
+	if len(found) != 1 || found[0].Coef <= 0 {
+		return 0
+	}
+	return time.Duration(found[0].Coef * float64(size) * float64(time.Second))
 }
 
 // JoinParts is where the join phase went.

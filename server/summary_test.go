@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"dolly/capacity"
 	"dolly/dolly/probe"
 )
 
@@ -59,6 +60,10 @@ func TestMachineUse(t *testing.T) {
 			"this machine's 2 cores over the cast (the source and 24 nodes on it): 84% busy, 6% taken by the VM's host, 10% idle or waiting for a disk"},
 		{"no host to take any", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}},
 			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk"},
+		{"the work cost more than the probes said", MachineUse{Hosts: 49, Cores: 2, CPU: probe.CPUTimes{Busy: 13400 * time.Millisecond, Idle: 100 * time.Millisecond}, Processes: 12800 * time.Millisecond, Modeled: 9100 * time.Millisecond},
+			"this machine's 2 cores over the cast (the source and 48 nodes on it): 99% busy (the cast's processes 95%, the kernel's threads and other programs 4%), 1% idle or waiting for a disk; the cast's processes spent 12.8 CPU-s, 1.41× the 9.1 the model counted from the probes"},
+		{"the model's count without the processes'", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}, Modeled: time.Second},
+			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,9 +78,52 @@ func TestMachineUse(t *testing.T) {
 			if want := tt.use.Processes.Seconds() / tt.use.CPU.Total().Seconds(); r.ThisMachine != nil && r.ThisMachine.Processes != want {
 				t.Errorf("report's processes share = %v, want %v", r.ThisMachine.Processes, want)
 			}
+			if m := r.ThisMachine; m != nil && (m.ProcessCPUSeconds != tt.use.Processes.Seconds() || m.ModelCPUSeconds != tt.use.Modeled.Seconds()) {
+				t.Errorf("report's CPU-s = %v spent, %v modeled; want %v and %v", m.ProcessCPUSeconds, m.ModelCPUSeconds, tt.use.Processes.Seconds(), tt.use.Modeled.Seconds())
+			}
 		})
 	}
 	if r := NewReport(Summary{}); r.ThisMachine != nil {
 		t.Errorf("a cast without nodes on the server's machine reports %+v", r.ThisMachine)
+	}
+}
+
+// The model's CPU for the cast's hosts on the source's machine is that
+// machine's CPU per byte in the plan times the image: found by the
+// source's name, or as the one machine of that many hosts that a
+// topology file named; never a guess between two.
+func TestModeledCPU(t *testing.T) {
+	machine := func(name string, hosts int, nsPerByte float64) capacity.Constraint {
+		return capacity.Constraint{Kind: capacity.MachineCPULimit, Subject: name, Streams: hosts, Coef: nsPerByte * 1e-9, Cap: 2}
+	}
+	plan := func(cs ...capacity.Constraint) Choice {
+		return Choice{Modeled: true, Result: capacity.Result{Plan: capacity.Plan{Hosts: []string{"dolly-server", "pc01", "pc02"}}, Constraints: cs}}
+	}
+	link := capacity.Constraint{Kind: capacity.LinkLimit, Subject: "dolly-server→sw1", Streams: 3, Coef: 1, Cap: 1e8}
+	apart := plan(machine("dolly-server", 3, 2))
+	apart.Apart = []Apart{{Name: "pc03", From: "pc02"}}
+	unmodeled := plan(machine("dolly-server", 3, 2))
+	unmodeled.Modeled = false
+	tests := []struct {
+		name  string
+		ch    Choice
+		hosts int
+		want  time.Duration
+	}{
+		{"named after the source", plan(link, machine("dolly-server", 3, 2.5)), 3, 2500 * time.Millisecond},
+		{"named by a topology file", plan(machine("lab", 3, 4)), 3, 4 * time.Second},
+		{"the source's among others", plan(machine("lab", 3, 4), machine("dolly-server", 3, 1)), 3, time.Second},
+		{"two machines of that many hosts", plan(machine("lab", 3, 4), machine("lab2", 3, 1)), 3, 0},
+		{"another count of hosts", plan(machine("dolly-server", 5, 2)), 3, 0},
+		{"no shared machine in the plan", plan(link), 3, 0},
+		{"nodes served apart", apart, 3, 0},
+		{"the model did not judge", unmodeled, 3, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := modeledCPU(tt.ch, tt.hosts, 1e9); got != tt.want {
+				t.Errorf("modeledCPU = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
