@@ -42,8 +42,10 @@ type ReportMachine struct {
 	Processes float64 `json:"processes,omitempty"`
 	Steal     float64 `json:"steal"`
 	Idle      float64 `json:"idle"`
-	// ProcessCPUSeconds is what the cast's processes on the machine spent,
-	// ModelCPUSeconds what the model counted for them; 0 when unknown.
+	// BusyCPUSeconds is the machine's busy time over the cast,
+	// ProcessCPUSeconds the cast's processes' part of it, ModelCPUSeconds
+	// what the model counted for the cast there; 0 when unknown.
+	BusyCPUSeconds    float64 `json:"busy_cpu_seconds"`
 	ProcessCPUSeconds float64 `json:"process_cpu_seconds,omitempty"`
 	ModelCPUSeconds   float64 `json:"model_cpu_seconds,omitempty"`
 }
@@ -107,7 +109,7 @@ func NewReport(sum Summary) Report {
 	if m := sum.ThisMachine; m != nil && m.CPU.Total() > 0 {
 		sh := m.shares()
 		r.ThisMachine = &ReportMachine{Hosts: m.Hosts, Cores: m.Cores, Busy: sh.busy, Processes: sh.own, Steal: sh.steal, Idle: sh.idle,
-			ProcessCPUSeconds: m.Processes.Seconds(), ModelCPUSeconds: m.Modeled.Seconds()}
+			BusyCPUSeconds: m.CPU.Busy.Seconds(), ProcessCPUSeconds: m.Processes.Seconds(), ModelCPUSeconds: m.Modeled.Seconds()}
 	}
 	if p := sum.Plan.Result.Plan; p.Hosts != nil {
 		r.Plan = ReportPlan{

@@ -447,8 +447,8 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		use := MachineUse{Hosts: 1 + here, Cores: runtime.NumCPU(), CPU: probe.ReadCPUTimes().Sub(machine)}
 		if reported {
 			use.Processes = probe.ProcessCPU() - cpu + nodesCPU
-			use.Modeled = modeledCPU(choice, 1+here, s.img.Size)
 		}
+		use.Modeled = modeledCPU(choice, 1+here, s.img.Size)
 		sum.ThisMachine = &use
 	}
 	if w != nil {

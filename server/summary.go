@@ -53,9 +53,10 @@ type MachineUse struct {
 	// Processes is the CPU time the cast's processes on the machine
 	// reported (dolly-server's and its nodes'); 0 when some did not.
 	Processes time.Duration
-	// Modeled is the CPU time the model counted for them: the machine's
-	// CPU per byte in the plan, from what the probes measured, times the
-	// image; 0 when the plan did not count it (see modeledCPU).
+	// Modeled is the CPU time the model counted for the cast on the
+	// machine: its CPU per byte in the plan, from what the probes measured
+	// (the kernel threads' work for the writes included), times the image;
+	// 0 when the plan did not count it (see modeledCPU).
 	Modeled time.Duration
 }
 
@@ -87,12 +88,15 @@ func (m MachineUse) String() string {
 	parts = append(parts, fmt.Sprintf("%.0f%% idle or waiting for a disk", 100*sh.idle))
 	line := fmt.Sprintf("this machine's %s over the cast (the source and %s on it): %s",
 		plural(m.Cores, "core"), plural(m.Hosts-1, "node"), strings.Join(parts, ", "))
-	// A plan bound by this CPU misses by the two factors: the work cost
-	// more (or less) than the probes said, and the cast got less than
-	// every core.
-	if m.Processes > 0 && m.Modeled > 0 {
-		line += fmt.Sprintf("; the cast's processes spent %.1f CPU-s, %.2f× the %.1f the model counted from the probes",
-			m.Processes.Seconds(), m.Processes.Seconds()/m.Modeled.Seconds(), m.Modeled.Seconds())
+	// A plan bound by this CPU misses by two factors: the work cost more
+	// (or less) than the probes said, and the cores were not all busy.
+	// The busy time, not the processes', is set against the model's: the
+	// kernel's threads work for the cast too (a loop device's writes, the
+	// network's deferred receives), and the model counts what it measured
+	// of them.
+	if m.Modeled > 0 && m.CPU.Busy > 0 {
+		line += fmt.Sprintf("; busy %.1f CPU-s, %.2f× the %.1f the model counted from the probes",
+			m.CPU.Busy.Seconds(), m.CPU.Busy.Seconds()/m.Modeled.Seconds(), m.Modeled.Seconds())
 	}
 	return line
 }

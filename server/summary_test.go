@@ -61,9 +61,9 @@ func TestMachineUse(t *testing.T) {
 		{"no host to take any", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}},
 			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk"},
 		{"the work cost more than the probes said", MachineUse{Hosts: 49, Cores: 2, CPU: probe.CPUTimes{Busy: 13400 * time.Millisecond, Idle: 100 * time.Millisecond}, Processes: 12800 * time.Millisecond, Modeled: 9100 * time.Millisecond},
-			"this machine's 2 cores over the cast (the source and 48 nodes on it): 99% busy (the cast's processes 95%, the kernel's threads and other programs 4%), 1% idle or waiting for a disk; the cast's processes spent 12.8 CPU-s, 1.41× the 9.1 the model counted from the probes"},
-		{"the model's count without the processes'", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}, Modeled: time.Second},
-			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk"},
+			"this machine's 2 cores over the cast (the source and 48 nodes on it): 99% busy (the cast's processes 95%, the kernel's threads and other programs 4%), 1% idle or waiting for a disk; busy 13.4 CPU-s, 1.47× the 9.1 the model counted from the probes"},
+		{"the model's count, a node's CPU unknown", MachineUse{Hosts: 2, Cores: 8, CPU: probe.CPUTimes{Busy: time.Second, Idle: 3 * time.Second}, Modeled: 1250 * time.Millisecond},
+			"this machine's 8 cores over the cast (the source and 1 node on it): 25% busy, 75% idle or waiting for a disk; busy 1.0 CPU-s, 0.80× the 1.2 the model counted from the probes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,8 +78,9 @@ func TestMachineUse(t *testing.T) {
 			if want := tt.use.Processes.Seconds() / tt.use.CPU.Total().Seconds(); r.ThisMachine != nil && r.ThisMachine.Processes != want {
 				t.Errorf("report's processes share = %v, want %v", r.ThisMachine.Processes, want)
 			}
-			if m := r.ThisMachine; m != nil && (m.ProcessCPUSeconds != tt.use.Processes.Seconds() || m.ModelCPUSeconds != tt.use.Modeled.Seconds()) {
-				t.Errorf("report's CPU-s = %v spent, %v modeled; want %v and %v", m.ProcessCPUSeconds, m.ModelCPUSeconds, tt.use.Processes.Seconds(), tt.use.Modeled.Seconds())
+			if m := r.ThisMachine; m != nil && (m.BusyCPUSeconds != tt.use.CPU.Busy.Seconds() || m.ProcessCPUSeconds != tt.use.Processes.Seconds() || m.ModelCPUSeconds != tt.use.Modeled.Seconds()) {
+				t.Errorf("report's CPU-s = %v busy, %v the processes', %v modeled; want %v, %v and %v", m.BusyCPUSeconds, m.ProcessCPUSeconds, m.ModelCPUSeconds,
+					tt.use.CPU.Busy.Seconds(), tt.use.Processes.Seconds(), tt.use.Modeled.Seconds())
 			}
 		})
 	}
