@@ -448,7 +448,6 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		if reported {
 			use.Processes = probe.ProcessCPU() - cpu + nodesCPU
 		}
-		use.Modeled = modeledCPU(choice, 1+here, s.img.Size)
 		sum.ThisMachine = &use
 	}
 	if w != nil {
@@ -460,6 +459,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		sum.StreamBytes, sum.ResumedBytes = s.src.sent.Load(), s.src.skip
 	}
 	sum = s.summary(sum)
+	if m := sum.ThisMachine; m != nil && sum.ranAsPlanned() {
+		m.Modeled = modeledCPU(choice, m.Hosts, sum.Size)
+	}
 	s.printSummary(sum)
 	if err != nil {
 		return sum, err

@@ -101,6 +101,29 @@ func (m MachineUse) String() string {
 	return line
 }
 
+// ranAsPlanned says whether the cast moved the whole image along the plan
+// it started with, to every node: only then is the model's CPU for the
+// plan what the cast should have cost. A resumed cast sends part of the
+// stream, a re-planned one ran another plan, a node that failed did less
+// than its share, and one that came late or was moved off the plan ran
+// beside it.
+func (sum Summary) ranAsPlanned() bool {
+	if sum.ResumedBytes > 0 || sum.Verified != len(sum.Nodes) {
+		return false
+	}
+	for _, n := range sum.Nodes {
+		if n.Late || n.Apart != "" {
+			return false
+		}
+	}
+	for _, rp := range sum.Replans {
+		if rp.From != rp.To {
+			return false
+		}
+	}
+	return true
+}
+
 // modeledCPU is the CPU time the model counted for the hosts of ch's plan
 // that share the source's machine (hosts of them, the source included):
 // that machine's CPU per byte times the image. It is 0 when the plan did

@@ -128,3 +128,29 @@ func TestModeledCPU(t *testing.T) {
 		})
 	}
 }
+
+// The model's CPU count stands beside a cast only when the cast moved the
+// whole image along its plan to every node.
+func TestRanAsPlanned(t *testing.T) {
+	two := []NodeSummary{{Name: "pc01"}, {Name: "pc02"}}
+	tests := []struct {
+		name string
+		sum  Summary
+		want bool
+	}{
+		{"every node verified", Summary{Nodes: two, Verified: 2}, true},
+		{"checked, the plan kept", Summary{Nodes: two, Verified: 2, Replans: []Replan{{From: "chain", To: "chain"}}}, true},
+		{"re-planned", Summary{Nodes: two, Verified: 2, Replans: []Replan{{From: "star", To: "chain"}}}, false},
+		{"resumed", Summary{Nodes: two, Verified: 2, ResumedBytes: 1 << 20}, false},
+		{"a node failed", Summary{Nodes: two, Verified: 1}, false},
+		{"a node came late", Summary{Nodes: []NodeSummary{{Name: "pc01"}, {Name: "pc02", Late: true, Apart: SourceName}}, Verified: 2}, false},
+		{"a node moved off the plan", Summary{Nodes: []NodeSummary{{Name: "pc01"}, {Name: "pc02", Apart: "pc01"}}, Verified: 2}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.sum.ranAsPlanned(); got != tt.want {
+				t.Errorf("ranAsPlanned = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
