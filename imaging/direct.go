@@ -21,10 +21,21 @@ const directChunk = 1 << 20
 // AlignedBuffer returns n bytes whose first byte is DirectAlign-aligned, as
 // O_DIRECT requires.
 func AlignedBuffer(n int) []byte {
-	b := make([]byte, n+DirectAlign)
+	return AlignIn(make([]byte, n+DirectAlign), n)
+}
+
+// AlignIn returns n bytes of b whose first byte is DirectAlign-aligned, the
+// first such bytes in b, or nil if b cannot hold them.
+func AlignIn(b []byte, n int) []byte {
+	if n <= 0 || len(b) < n {
+		return nil
+	}
 	off := 0
 	if rem := int(sliceAddr(b) % DirectAlign); rem != 0 {
 		off = DirectAlign - rem
+	}
+	if off+n > len(b) {
+		return nil
 	}
 	return b[off : off+n : off+n]
 }

@@ -77,15 +77,17 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	}
 	var c crowdPath
 	var err error
+	mem, release := n.lendHistory(set.Disk)
+	defer release() // after c.Close: nothing of c touches mem by then
 	switch {
 	case set.Disk && !n.welcome.MeasureTarget:
 		// The node's own guard: nothing is written to the target before
 		// the admin has confirmed the cast.
 		err = errors.New("the target is not to be written before the cast is confirmed")
 	case set.Disk:
-		c, err = probe.StartDiskCrowd(n.target, n.cfg.Buffered)
+		c, err = probe.StartDiskCrowd(n.target, n.cfg.Buffered, mem)
 	default:
-		c, err = probe.StartCrowd(ctx)
+		c, err = probe.StartCrowd(ctx, mem)
 	}
 	if err != nil {
 		fail(err)
@@ -129,6 +131,24 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 			return
 		}
 	}
+}
+
+// lendHistory lends a crowd probe part of the relay's history: mapped
+// already, while fresh memory's first touches cost a VM's host dearly, and
+// unused until the cast, which starts only once every crowd probe of the
+// join has ended (see join). A relay crowd gets the first
+// probe.CrowdMemory bytes, a disk crowd the rest; a second probe of a kind
+// at once gets nil, and memory of its own. release gives the part back.
+func (n *node) lendHistory(disk bool) (mem []byte, release func()) {
+	k := min(len(n.history), probe.CrowdMemory)
+	i, part := 0, n.history[:k:k]
+	if disk {
+		i, part = 1, n.history[len(part):]
+	}
+	if !n.historyLent[i].CompareAndSwap(false, true) {
+		return nil, func() {}
+	}
+	return part, func() { n.historyLent[i].Store(false) }
 }
 
 // crowdPath is a data path a crowd probe pushes through: the relay's

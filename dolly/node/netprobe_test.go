@@ -1,6 +1,11 @@
 package node
 
-import "testing"
+import (
+	"testing"
+
+	"dolly/dolly/probe"
+	"dolly/dolly/relay"
+)
 
 // A probe ordered to follow another starts when that one has ended here,
 // whether the order came before the end or after it.
@@ -29,5 +34,38 @@ func TestProbesReceived(t *testing.T) {
 	case <-p.done(3):
 		t.Fatal("probe 3 counts as ended, but never came")
 	default:
+	}
+}
+
+// The crowd probes borrow disjoint parts of the relay's history, one
+// probe of a kind at a time, and each part comes back once released.
+func TestLendHistory(t *testing.T) {
+	n := &node{history: make([]byte, relay.HistoryBytes)}
+	relayMem, releaseRelay := n.lendHistory(false)
+	diskMem, releaseDisk := n.lendHistory(true)
+	if len(relayMem) != probe.CrowdMemory || len(diskMem) != relay.HistoryBytes-probe.CrowdMemory {
+		t.Fatalf("lent %d bytes to a relay crowd and %d to a disk crowd, want %d and %d",
+			len(relayMem), len(diskMem), probe.CrowdMemory, relay.HistoryBytes-probe.CrowdMemory)
+	}
+	if &n.history[0] != &relayMem[0] || &n.history[probe.CrowdMemory] != &diskMem[0] {
+		t.Fatal("the parts lent are not the history's two parts, side by side")
+	}
+	if cap(relayMem) > probe.CrowdMemory {
+		// An append to it must not write over the disk crowd's part.
+		t.Fatal("the relay crowd's part reaches into the disk crowd's")
+	}
+	for _, disk := range []bool{false, true} {
+		if again, _ := n.lendHistory(disk); again != nil {
+			t.Errorf("a second crowd (disk %v) borrowed a part on loan already", disk)
+		}
+	}
+	releaseRelay()
+	releaseDisk()
+	for _, disk := range []bool{false, true} {
+		if again, release := n.lendHistory(disk); again == nil {
+			t.Errorf("a part given back (disk %v) was not lent again", disk)
+		} else {
+			release()
+		}
 	}
 }

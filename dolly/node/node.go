@@ -7,7 +7,6 @@ package node
 import (
 	"context"
 	"crypto/ed25519"
-	"dolly/imaging/blockmap"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"dolly/dolly/relay"
 	"dolly/dolly/stream"
 	"dolly/imaging"
+	"dolly/imaging/blockmap"
 )
 
 // Config configures a node.
@@ -133,6 +133,9 @@ type node struct {
 	probed  probesReceived // the bandwidth probes this node received
 	relay   *relay.Relay
 	history []byte // memory for the relay's history, mapped (relay.NewHistory)
+	// historyLent says which parts of history a crowd probe has on loan
+	// (lendHistory).
+	historyLent [2]atomic.Bool
 	// sums are the payloads' CRCs, computed as the relay takes them in;
 	// started with the first header.
 	sums     *stream.PayloadSums

@@ -128,12 +128,8 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 	return p, nil
 }
 
-// crowdWarm and crowdHistory are a crowd pipeline's warm-up and history:
-// a crowd's relays keep a small history, since a cast pays the first
-// touches of its 32 MiB once, not on every byte, and 24 nodes on a small
-// machine need not take 768 MiB at once; a few MiB are past the caches all
-// the same with the others'.
-const crowdWarm, crowdHistory = 4 << 20, 2 << 20
+// crowdWarm is a crowd pipeline's warm-up.
+const crowdWarm = 4 << 20
 
 // A Crowd is this node's data path (see relayCost), set up and warmed,
 // ready to push bytes when told. Every node of a machine pushes the same
@@ -147,8 +143,8 @@ type Crowd struct {
 
 // startCrowd sets a relayPipe up and warms it: its history touched, its
 // socket buffers grown, as a cast's are after its first megabytes.
-func startCrowd(ctx context.Context, buf []byte) (*Crowd, error) {
-	p, err := startRelayPipe(ctx, make([]byte, crowdHistory))
+func startCrowd(ctx context.Context, buf, history []byte) (*Crowd, error) {
+	p, err := startRelayPipe(ctx, history)
 	if err != nil {
 		return nil, err
 	}

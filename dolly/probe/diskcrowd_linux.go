@@ -57,8 +57,9 @@ const diskCrowdRegion, diskCrowdDirectRegion, diskCrowdLag = 16 << 20, 8 << 20, 
 
 // StartDiskCrowd reads the region of the target at path that it will
 // rewrite, and opens it for writing. A block device that is mounted or
-// held by another program is refused.
-func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
+// held by another program is refused. The region is read into mem where
+// it fits (see StartCrowd), else into memory of its own.
+func StartDiskCrowd(path string, buffered bool, mem []byte) (_ *DiskCrowd, err error) {
 	t, err := openTarget(path, buffered)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,11 @@ func StartDiskCrowd(path string, buffered bool) (_ *DiskCrowd, err error) {
 	if region < probeBlock {
 		return nil, fmt.Errorf("%s is too small to measure", path)
 	}
-	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: imaging.AlignedBuffer(int(region)), start: (size/2)/probeBlock*probeBlock - region/2}
+	buf := imaging.AlignIn(mem, int(region))
+	if buf == nil {
+		buf = imaging.AlignedBuffer(int(region))
+	}
+	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: buf, start: (size/2)/probeBlock*probeBlock - region/2}
 	for b := int64(0); b < region; b += probeBlock {
 		if _, err := t.in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)

@@ -1,12 +1,16 @@
 package probe
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"dolly/imaging"
 	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
@@ -22,10 +26,13 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 		name     string
 		block    bool
 		buffered bool
+		lend     bool // the region is read into memory the caller lends
 	}{
-		{"file", false, false},
-		{"block device, O_DIRECT", true, false},
-		{"block device, buffered", true, true},
+		{"file", false, false, false},
+		{"file, in lent memory", false, false, true},
+		{"block device, O_DIRECT", true, false, false},
+		{"block device, O_DIRECT, in lent memory", true, false, true},
+		{"block device, buffered", true, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			target := filepath.Join(t.TempDir(), "disk")
@@ -38,9 +45,23 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 				path = testenv.LoopDevice(t, target)
 			}
 			before := runtime.NumGoroutine()
-			c, err := StartDiskCrowd(path, tt.buffered)
+			var mem []byte
+			if tt.lend {
+				mem = make([]byte, 20<<20)[1:] // not aligned itself
+			}
+			c, err := StartDiskCrowd(path, tt.buffered, mem)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.lend {
+				checkLent(t, c.buf, mem)
+				whole, err := os.ReadFile(target) // what a loop device shows too
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(whole[c.start:][:len(c.buf)], c.buf) {
+					t.Fatal("the lent memory does not hold the region of the target")
+				}
 			}
 			const window = 100 * time.Millisecond
 			// Pushed twice, as a disk measured again is: the second push
@@ -79,12 +100,25 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 
 // A mounted block device is in use: the disk crowd leaves it alone.
 func TestDiskCrowdLeavesAMountedDeviceAlone(t *testing.T) {
-	c, err := StartDiskCrowd(mountedDevice(t), false)
+	c, err := StartDiskCrowd(mountedDevice(t), false, nil)
 	if err == nil {
 		c.Close()
 		t.Fatal("a disk crowd started on a mounted device")
 	}
 	if !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("error %q does not say the device is in use", err)
+	}
+}
+
+// checkLent fails t unless buf lies within mem, aligned for O_DIRECT.
+func checkLent(t *testing.T, buf, mem []byte) {
+	t.Helper()
+	first, last := uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&mem[len(mem)-1]))
+	at := uintptr(unsafe.Pointer(&buf[0]))
+	if at < first || at+uintptr(len(buf))-1 > last {
+		t.Fatalf("the probe's %d bytes are not in the %d bytes lent to it", len(buf), len(mem))
+	}
+	if at%imaging.DirectAlign != 0 {
+		t.Fatalf("the probe's memory is at %#x, not aligned to %d", at, imaging.DirectAlign)
 	}
 }

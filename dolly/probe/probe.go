@@ -249,11 +249,31 @@ func probeStreams(ctx context.Context, buf, history []byte, copyRate float64, bu
 }
 
 // StartCrowd sets this node's data path up for a crowd's push and warms it.
-func StartCrowd(ctx context.Context) (*Crowd, error) {
-	buf := make([]byte, 1<<20)
+// It takes its memory from mem where mem holds CrowdMemory bytes, else
+// memory of its own. A node lends it memory it has mapped already and
+// will not use before the cast (its relay's history): the first touches
+// of fresh memory cost a virtual machine's host dearly, and 24 nodes'
+// disk crowds (StartDiskCrowd) took most of a second of the join in
+// faults on a VM just booted.
+func StartCrowd(ctx context.Context, mem []byte) (*Crowd, error) {
+	var buf, history []byte
+	if len(mem) >= CrowdMemory {
+		buf, history = mem[:1<<20:1<<20], mem[1<<20:CrowdMemory:CrowdMemory]
+	} else {
+		buf, history = make([]byte, 1<<20), make([]byte, crowdHistory)
+	}
 	StandardSample(buf, 1)
-	return startCrowd(ctx, buf)
+	return startCrowd(ctx, buf, history)
 }
+
+// CrowdMemory is the memory StartCrowd can use: its sample and its
+// relay's history. A crowd's relay keeps a small history, since a cast
+// pays the first touches of its 32 MiB once, not on every byte, and 24
+// nodes on a small machine need not take 768 MiB at once; a few MiB are
+// past the caches all the same with the others'.
+const CrowdMemory = 1<<20 + crowdHistory
+
+const crowdHistory = 2 << 20
 
 // PathCost is the CPU time per byte, in seconds, of the whole loopback
 // pipeline relayCost times (sender, relay, child and reader), from the

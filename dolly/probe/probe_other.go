@@ -35,7 +35,7 @@ func relayCost(context.Context, []byte, []byte, time.Duration) (float64, error) 
 // A Crowd is this node's data path, ready to push (Linux only).
 type Crowd struct{}
 
-func startCrowd(context.Context, []byte) (*Crowd, error) { return nil, errProbeUnsupported }
+func startCrowd(context.Context, []byte, []byte) (*Crowd, error) { return nil, errProbeUnsupported }
 
 func (*Crowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, error) {
 	return 0, 0, errProbeUnsupported
@@ -46,7 +46,7 @@ func (*Crowd) Close() {}
 // A DiskCrowd is this node's write path, ready to write (Linux only).
 type DiskCrowd struct{}
 
-func StartDiskCrowd(string, bool) (*DiskCrowd, error) { return nil, errProbeUnsupported }
+func StartDiskCrowd(string, bool, []byte) (*DiskCrowd, error) { return nil, errProbeUnsupported }
 
 func (*DiskCrowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, error) {
 	return 0, 0, errProbeUnsupported

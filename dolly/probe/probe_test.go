@@ -253,9 +253,20 @@ func TestCrowdPushesThroughTheDataPath(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	for i := range 3 {
-		c, err := StartCrowd(t.Context())
+		var mem []byte
+		if i == 1 { // in lent memory
+			mem = make([]byte, CrowdMemory)
+		}
+		c, err := StartCrowd(t.Context(), mem)
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
+		}
+		if mem != nil {
+			sample := make([]byte, 1<<20)
+			StandardSample(sample, 1)
+			if !bytes.Equal(mem[:len(sample)], sample) || &c.buf[0] != &mem[0] {
+				t.Fatalf("run %d: the crowd does not push from the memory lent to it", i)
+			}
 		}
 		const window = 50 * time.Millisecond
 		n, took, err := c.PushFor(time.Duration(i)*10*time.Millisecond, window)
