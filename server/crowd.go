@@ -92,6 +92,25 @@ func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, m
 	return crowded, alone
 }
 
+// shareCores tells the nodes of every machine that holds more of the
+// cast's hosts than it has cores to keep to their part of its cores (see
+// control.Share), before anything is measured, so that the crowd probes
+// measure them as they will cast.
+func (s *Server) shareCores(ready []*nodeState) {
+	crowded, alone := s.crowdedMachines(ready)
+	src := s.sourceMachine(ready)
+	for m, nodes := range crowded {
+		hosts := len(nodes)
+		if m == src {
+			hosts++
+		}
+		share := control.Share{Procs: max(1, alone[m].Cores/hosts)}
+		for _, n := range nodes {
+			n.conn.Send(control.Message{Type: control.MsgShare, Share: &share})
+		}
+	}
+}
+
 // measureShared measures what the nodes sharing a machine cost each other
 // (see crowd) and, with disks, the disks they share (see diskCrowd). The
 // two are set up in one round, every node's data path and write path at

@@ -1,14 +1,16 @@
 package server
 
 import (
-	"dolly/dolly/control"
 	"maps"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"dolly/capacity"
+	"dolly/dolly/control"
 	"dolly/imaging"
 )
 
@@ -161,5 +163,85 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 		if note := got.note(machines["stalled"]); !strings.Contains(note, tt.note) {
 			t.Errorf("%s: note %q, want it to say %q", tt.name, note, tt.note)
 		}
+	}
+}
+
+// The nodes of a machine that holds more of the cast's hosts than it has
+// cores, the source's machine counting the source, are told their part
+// of its cores before anything is measured; no other node is.
+func TestShareCores(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// conn returns the server's end of a control connection, and the
+	// node's.
+	conn := func() (*control.Conn, *control.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); c.Close() })
+		return control.NewConn(a), control.NewConn(c)
+	}
+	probed := func(cores int) *capacity.Probe {
+		return &capacity.Probe{Cores: cores, RelayBytesPerSec: 2e9, NetStreamBytesPerSec: 3e9, MemcpyBytesPerSec: 8e9}
+	}
+	const here = "the source's machine" // stands for its key (sourceMachine)
+	for _, tt := range []struct {
+		name     string
+		machines []string // each node's
+		cores    map[string]int
+		want     []int // the procs each node is told; 0: told nothing
+	}{
+		{"three nodes on two cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 2}, []int{1, 1, 1}},
+		{"three nodes on eight cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 8}, []int{0, 0, 0}},
+		{"three nodes and the source on three cores", []string{here, here, here}, map[string]int{here: 3}, []int{1, 1, 1}},
+		{"three nodes on sixteen cores of a hundred hosts", slices.Repeat([]string{"m1"}, 3), map[string]int{"m1": 16}, []int{0, 0, 0}},
+		{"one crowded machine, one not", []string{"m1", "m2", "m1", "m2", "m1"}, map[string]int{"m1": 2, "m2": 4}, []int{1, 0, 1, 0, 1}},
+		{"one node alone", []string{"m1"}, map[string]int{"m1": 1}, []int{0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Server{}
+			var ready []*nodeState
+			var nodeEnds []*control.Conn
+			probes := map[string]bool{}
+			for _, m := range tt.machines {
+				srv, node := conn()
+				n := &nodeState{conn: srv, machine: m}
+				if !probes[m] { // the first node of a machine measures it
+					probes[m] = true
+					n.probe = probed(tt.cores[m])
+				}
+				ready = append(ready, n)
+				nodeEnds = append(nodeEnds, node)
+			}
+			for _, n := range ready {
+				if n.machine == here {
+					n.machine = s.sourceMachine(ready)
+				}
+			}
+			s.shareCores(ready)
+			for i, n := range ready {
+				// A ping after it tells "told nothing" from "not yet".
+				n.conn.Send(control.Message{Type: control.MsgPing})
+				m, err := nodeEnds[i].Recv(5 * time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := 0
+				if m.Type == control.MsgShare {
+					got = m.Share.Procs
+				}
+				if got != tt.want[i] {
+					t.Errorf("node %d on %s: told %d procs (%s message), want %d", i, tt.machines[i], got, m.Type, tt.want[i])
+				}
+			}
+		})
 	}
 }

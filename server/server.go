@@ -378,6 +378,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		sum.JoinParts.Probes = time.Since(s.lastJoined)
 	}
 	s.mu.Unlock()
+	s.shareCores(ready)
 	var choice Choice
 	if s.resume != nil {
 		choice, err = s.resumePlan(ready)

@@ -57,6 +57,7 @@ const (
 	// Nodes that share a machine with more of them than it has cores
 	// measure their data path all at once: what they cost each other.
 	MsgCrowdProbe MsgType = "crowd-probe" // server → node: measure your data path now (net-result answers)
+	MsgShare      MsgType = "share"       // server → node: your machine's cores are shared, keep to your part
 )
 
 // Message is one control message; the field matching Type is set.
@@ -80,6 +81,8 @@ type Message struct {
 	// CrowdProbe orders a measurement of the node's data path, run by
 	// every node of its machine at once; a net-result carries the rate.
 	CrowdProbe *CrowdProbe `json:"crowd_probe,omitempty"`
+	// Share is a node's part of its machine's cores.
+	Share *Share `json:"share,omitempty"`
 	// Auth is the challenge or the proof of a keyed cast's handshake.
 	Auth *Auth `json:"auth,omitempty"`
 	// Reason explains a reject, fail, abort, attach-failed or child-lost.
@@ -317,6 +320,16 @@ type CrowdProbe struct {
 	WindowMillis int    `json:"window_ms,omitempty"`
 }
 
+// Share tells a node, once all have joined and before anything is
+// measured, that its machine holds more of the cast's hosts than it has
+// cores (the demo, an emulated lab, a VM host): the node runs its Go code
+// on Procs threads at most (none fewer than one). A program that may run
+// on every core wakes idle threads to look for work at each hand-off, and
+// on a machine with no idle core that search is paid for by the others.
+type Share struct {
+	Procs int `json:"procs"`
+}
+
 // NetResult is what a node received of probe ID (Bytes, and Rate in bytes
 // per second over its steady part), or, from its sender, why it could not
 // be sent (Error).
@@ -362,6 +375,8 @@ func (m *Message) validate() error {
 		missing = m.NetResult == nil
 	case MsgCrowdProbe:
 		missing = m.CrowdProbe == nil
+	case MsgShare:
+		missing = m.Share == nil
 	case MsgChallenge, MsgProof:
 		missing = m.Auth == nil
 	case MsgReject, MsgFail, MsgAbort, MsgPing:

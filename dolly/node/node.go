@@ -65,7 +65,11 @@ type Config struct {
 	// server's public key: the node enrolls, joins only a server that
 	// signs as it, and is handed the cast key if the server admits it.
 	ServerKey ed25519.PublicKey
-	Logger    *slog.Logger
+	// SetProcs, if set, is how the node keeps to its part of a machine
+	// it shares with more nodes than it has cores (control.Share): the
+	// command lowers GOMAXPROCS, a setting of the whole process.
+	SetProcs func(procs int)
+	Logger   *slog.Logger
 }
 
 func (c *Config) defaults() {

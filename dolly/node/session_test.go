@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,56 @@ func TestDiskCrowdWaitsForTheConfirmation(t *testing.T) {
 			}
 			srv.send(c, control.Message{Type: control.MsgAbort, Reason: "test over"})
 			<-ran
+		})
+	}
+}
+
+// A node told to keep to a part of its machine's cores (control.Share)
+// passes it on to the command, once, before its place in the cast; a share
+// of no core is ignored.
+func TestNodeKeepsToItsShareOfTheCores(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		procs int
+		want  []int
+	}{
+		{"one core", 1, []int{1}},
+		{"no core", 0, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			target := filepath.Join(dir, "target")
+			if err := testimage.Fill(target, 0xAA, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			srv := &fakeServer{t: t, ln: ln}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var got []int // written by the node's join, read once Run returned
+			ran := make(chan error, 1)
+			go func() {
+				_, err := Run(ctx, Config{Server: ln.Addr().String(), Name: "pc01", Target: target, DataListen: "127.0.0.1:0",
+					NoProbe: true, Buffered: true, SetProcs: func(procs int) { got = append(got, procs) }})
+				ran <- err
+			}()
+			c, _ := srv.accept()
+			defer c.Close()
+			srv.send(c, control.Message{Type: control.MsgWelcome, Welcome: &control.Welcome{Cast: stream.CastID{1}, Image: "image",
+				ImageSize: 1 << 20, Fingerprint: "fp", DataToken: stream.NewToken(), ProbeToken: stream.NewToken()}})
+			srv.recv(c, control.MsgReady)
+			srv.send(c, control.Message{Type: control.MsgShare, Share: &control.Share{Procs: tt.procs}})
+			srv.send(c, control.Message{Type: control.MsgAbort, Reason: "that is all"})
+			if err := <-ran; err == nil || !strings.Contains(err.Error(), "that is all") {
+				t.Fatalf("the node ended with %v, want the abort", err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("SetProcs called with %v, want %v", got, tt.want)
+			}
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -136,7 +137,12 @@ func runNode(args []string) int {
 		NoProbe:          *noProbe,
 		Key:              key,
 		Force:            *force,
-		Logger:           cli.Logger(os.Stderr, true, *verbose),
+		SetProcs: func(procs int) {
+			if procs < runtime.GOMAXPROCS(0) {
+				runtime.GOMAXPROCS(procs)
+			}
+		},
+		Logger: cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
