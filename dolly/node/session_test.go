@@ -55,6 +55,32 @@ func (s *fakeServer) recv(c *control.Conn, want control.MsgType) control.Message
 	}
 }
 
+// joinFake runs a node under cfg against a fakeServer until the node has
+// said it is ready, and returns the server's end of its control
+// connection and the node's outcome to come. cfg's Server is the fake's.
+func joinFake(t *testing.T, cfg Config, welcome control.Welcome) (*fakeServer, *control.Conn, <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := &fakeServer{t: t, ln: ln}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	ran := make(chan error, 1)
+	cfg.Server = ln.Addr().String()
+	go func() {
+		_, err := Run(ctx, cfg)
+		ran <- err
+	}()
+	c, _ := srv.accept()
+	t.Cleanup(func() { c.Close() })
+	srv.send(c, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
+	srv.recv(c, control.MsgReady)
+	return srv, c, ran
+}
+
 func (s *fakeServer) send(c *control.Conn, m control.Message) {
 	s.t.Helper()
 	if err := c.Send(m); err != nil {
@@ -241,25 +267,9 @@ func TestDiskCrowdWaitsForTheConfirmation(t *testing.T) {
 			if err := testimage.Fill(target, 0xAA, size); err != nil {
 				t.Fatal(err)
 			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			srv := &fakeServer{t: t, ln: ln}
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			ran := make(chan error, 1)
-			go func() {
-				_, err := Run(ctx, Config{Server: ln.Addr().String(), Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true})
-				ran <- err
-			}()
-			c, _ := srv.accept()
-			defer c.Close()
-			welcome := control.Welcome{Cast: stream.CastID{7}, Image: "image", ImageSize: size, Fingerprint: "fp",
-				DataToken: stream.NewToken(), ProbeToken: stream.NewToken(), MeasureTarget: confirmed}
-			srv.send(c, control.Message{Type: control.MsgWelcome, Welcome: &welcome})
-			srv.recv(c, control.MsgReady)
+			srv, c, ran := joinFake(t, Config{Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true},
+				control.Welcome{Cast: stream.CastID{7}, Image: "image", ImageSize: size, Fingerprint: "fp",
+					DataToken: stream.NewToken(), ProbeToken: stream.NewToken(), MeasureTarget: confirmed})
 			srv.send(c, control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &control.CrowdProbe{ID: 9, Disk: true}})
 			got := srv.recv(c, control.MsgNetResult).NetResult
 			if !confirmed {
@@ -304,26 +314,11 @@ func TestNodeKeepsToItsShareOfTheCores(t *testing.T) {
 			if err := testimage.Fill(target, 0xAA, 1<<20); err != nil {
 				t.Fatal(err)
 			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			srv := &fakeServer{t: t, ln: ln}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
 			var got []int // written by the node's join, read once Run returned
-			ran := make(chan error, 1)
-			go func() {
-				_, err := Run(ctx, Config{Server: ln.Addr().String(), Name: "pc01", Target: target, DataListen: "127.0.0.1:0",
-					NoProbe: true, Buffered: true, SetProcs: func(procs int) { got = append(got, procs) }})
-				ran <- err
-			}()
-			c, _ := srv.accept()
-			defer c.Close()
-			srv.send(c, control.Message{Type: control.MsgWelcome, Welcome: &control.Welcome{Cast: stream.CastID{1}, Image: "image",
-				ImageSize: 1 << 20, Fingerprint: "fp", DataToken: stream.NewToken(), ProbeToken: stream.NewToken()}})
-			srv.recv(c, control.MsgReady)
+			srv, c, ran := joinFake(t, Config{Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true, Buffered: true,
+				SetProcs: func(procs int) { got = append(got, procs) }},
+				control.Welcome{Cast: stream.CastID{1}, Image: "image", ImageSize: 1 << 20, Fingerprint: "fp",
+					DataToken: stream.NewToken(), ProbeToken: stream.NewToken()})
 			srv.send(c, control.Message{Type: control.MsgShare, Share: &control.Share{Procs: tt.procs}})
 			srv.send(c, control.Message{Type: control.MsgAbort, Reason: "that is all"})
 			if err := <-ran; err == nil || !strings.Contains(err.Error(), "that is all") {
