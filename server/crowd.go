@@ -92,19 +92,16 @@ func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, m
 	return crowded, alone
 }
 
-// shareCores tells the nodes of every machine that holds more of the
-// cast's hosts than it has cores to keep to their part of its cores (see
-// control.Share), before anything is measured, so that the crowd probes
-// measure them as they will cast.
+// shareCores tells the nodes of every crowded machine (crowdedMachines:
+// more of the cast's hosts than cores) to run their Go code on one thread
+// at a time (see control.Share), before the network and crowd probes, so
+// that those measure the nodes as they will cast. A node's own probe ran
+// before, on all cores, but it times its work on one thread. A node that
+// has left makes Send fail, which its own connection's reader reports.
 func (s *Server) shareCores(ready []*nodeState) {
-	crowded, alone := s.crowdedMachines(ready)
-	src := s.sourceMachine(ready)
-	for m, nodes := range crowded {
-		hosts := len(nodes)
-		if m == src {
-			hosts++
-		}
-		share := control.Share{Procs: max(1, alone[m].Cores/hosts)}
+	crowded, _ := s.crowdedMachines(ready)
+	share := control.Share{Procs: 1} // more hosts than cores: less than one each
+	for _, nodes := range crowded {
 		for _, n := range nodes {
 			n.conn.Send(control.Message{Type: control.MsgShare, Share: &share})
 		}

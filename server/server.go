@@ -378,7 +378,6 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		sum.JoinParts.Probes = time.Since(s.lastJoined)
 	}
 	s.mu.Unlock()
-	s.shareCores(ready)
 	var choice Choice
 	if s.resume != nil {
 		choice, err = s.resumePlan(ready)
@@ -387,6 +386,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			return s.summary(sum), err
 		}
 	} else {
+		// Before the network and the crowds are measured (a resumed
+		// cast's nodes are casting already, and measure nothing).
+		s.shareCores(ready)
 		var figs netFigures
 		var notes []string
 		if s.cfg.NetProbe > 0 && len(ready) > 0 && (s.cfg.probeLoopback || !allLoopback(ready)) {

@@ -320,12 +320,13 @@ type CrowdProbe struct {
 	WindowMillis int    `json:"window_ms,omitempty"`
 }
 
-// Share tells a node, once all have joined and before anything is
-// measured, that its machine holds more of the cast's hosts than it has
-// cores (the demo, an emulated lab, a VM host): the node runs its Go code
-// on Procs threads at most (none fewer than one). A program that may run
-// on every core wakes idle threads to look for work at each hand-off, and
-// on a machine with no idle core that search is paid for by the others.
+// Share tells a node, once all have joined and before the network and
+// crowd probes, that its machine holds more of the cast's hosts than it
+// has cores (the demo, an emulated lab, a VM host): the node runs its Go
+// code on at most Procs threads at once (GOMAXPROCS; none fewer than one),
+// which is 1 today. A program that may run on every core wakes idle
+// threads to look for work at each hand-off, and on a machine with no
+// idle core that search is paid for by the others.
 type Share struct {
 	Procs int `json:"procs"`
 }

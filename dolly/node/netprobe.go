@@ -135,8 +135,9 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 
 // lendHistory lends a crowd probe part of the relay's history: mapped
 // already, while fresh memory's first touches cost a VM's host dearly, and
-// unused until the cast, which starts only once every crowd probe of the
-// join has ended (see join). A relay crowd gets the first
+// unused between the node's own probe (over before it is ready) and the
+// cast, which starts only once every crowd probe of the join has ended
+// (see join). A relay crowd gets the first
 // probe.CrowdMemory bytes, a disk crowd the rest; a second probe of a kind
 // at once gets nil, and memory of its own. release gives the part back.
 func (n *node) lendHistory(disk bool) (mem []byte, release func()) {

@@ -49,7 +49,9 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 	// stopped is closed once the relay's Run has returned: close waits
 	// for it, since the history may be the cast's (Config.RelayHistory),
 	// which no stopping relay may write once the cast has it.
-	var stopped chan struct{}
+	// readStopped is closed once the reader has stopped: it may still copy
+	// out what the history holds after the relay has stopped.
+	var stopped, readStopped chan struct{}
 	p.close = func() {
 		cancel()
 		for _, c := range closers {
@@ -57,6 +59,9 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 		}
 		if stopped != nil {
 			<-stopped
+		}
+		if readStopped != nil {
+			<-readStopped
 		}
 	}
 	defer func() {
@@ -108,7 +113,9 @@ func startRelayPipe(ctx context.Context, history []byte) (p *relayPipe, err erro
 		return nil, err
 	}
 	read := make(chan error, 1)
+	readStopped = make(chan struct{})
 	go func() {
+		defer close(readStopped)
 		b := make([]byte, 1<<20)
 		for {
 			n, err := p.relay.Reader().Read(b)

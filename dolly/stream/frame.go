@@ -18,7 +18,7 @@ import (
 )
 
 // Version is the protocol version; both ends must speak the same one.
-const Version = 3
+const Version = 4
 
 // Stream layout: a StreamHeader, then frames, each a FrameHeader followed by
 // its payload and, in a keyed cast, its tag (TagLen bytes). All integers
