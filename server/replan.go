@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -90,17 +91,21 @@ type rates struct {
 // their rates. Called with s.mu held.
 func (w *watch) observe(t *castTree, now time.Time) rates {
 	r := rates{written: map[*nodeState]float64{}, pos: map[*nodeState]float64{}}
+	// Nodes served apart, and those behind them (a far switch's chain),
+	// run at their own pace, not the plan's: only the plan's are held to it.
+	var planned []*nodeState
+	for _, v := range t.planned() {
+		if v.node.status == stCasting {
+			planned = append(planned, v.node)
+		}
+	}
 	for n := range w.samples {
-		if t.placeOf(n) != inTree || n.status != stCasting {
+		if !slices.Contains(planned, n) {
 			delete(w.samples, n)
 		}
 	}
 	first := true
-	for _, v := range t.members() {
-		n := v.node
-		if n.status != stCasting || v.paced {
-			continue // a node served apart runs at its own pace, not the plan's
-		}
+	for _, n := range planned {
 		ss := append(w.samples[n], sample{at: now, written: n.progress.Written, pos: n.pos})
 		for len(ss) > 1 && now.Sub(ss[1].at) >= rateWindow {
 			ss = ss[1:]
@@ -219,8 +224,12 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	w.below = time.Time{}
 	w.left--
 	rp, expect, rw, err := s.replan(w, r, now)
-	if err != nil {
+	if errors.Is(err, errPlanEnding) {
+		s.log.Info("not re-planning the cast", "why", err)
+	} else if err != nil {
 		s.log.Warn("re-planning the cast", "err", err)
+	}
+	if err != nil {
 		// Watch for a further fall, not this one.
 		w.predicted, w.expect = r.slowest, scaledTo(w.expect, r.worst)
 		return
@@ -243,6 +252,10 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	}
 }
 
+// errPlanEnding says a node of the plan has finished: the plan stays to
+// the end, as a cast that is ending is no time to rewire.
+var errPlanEnding = errors.New("the plan stays to the end")
+
 // replan asks the model again for the nodes in the tree, with the links
 // the cast found full, and reshapes the tree if another plan is clearly
 // faster. It returns what the cast is held to from now on; the rewiring is
@@ -255,7 +268,7 @@ func (s *Server) replan(w *watch, r rates, now time.Time) (Replan, capacity.Resu
 	for _, n := range nodes {
 		if n.status != stCasting {
 			s.mu.Unlock()
-			return rp, capacity.Result{}, nil, fmt.Errorf("%s has finished: the plan stays to the end", n.name)
+			return rp, capacity.Result{}, nil, fmt.Errorf("%s has finished: %w", n.name, errPlanEnding)
 		}
 		remaining = max(remaining, s.img.Size-n.progress.Written)
 	}

@@ -153,6 +153,40 @@ func TestWatchTakesRatesOverAWindow(t *testing.T) {
 	}
 }
 
+// TestWatchLeavesNodesServedApartOut: a far switch's nodes, served apart
+// as a chain of their own, run at the trunk's pace; neither its head nor
+// the nodes behind it may hold the plan to their rate.
+func TestWatchLeavesNodesServedApartOut(t *testing.T) {
+	tree, by := testTree(t, capacity.Chain(2).Parent...)
+	far1, far2 := &nodeState{name: "far1"}, &nodeState{name: "far2"}
+	tree.addPaced(tree.at[by["n2"]], far1)
+	tree.add(tree.at[far1], far2)
+	all := []*nodeState{by["n1"], by["n2"], far1, far2}
+	speed := map[*nodeState]int64{by["n1"]: 10e6, by["n2"]: 8e6, far1: 1e6, far2: 1e6}
+	for _, n := range all {
+		n.status = stCasting
+	}
+	w := &watch{samples: map[*nodeState][]sample{}}
+	t0 := time.Unix(1000, 0)
+	var r rates
+	for i := range 8 {
+		for _, n := range all {
+			n.progress.Written = int64(i) * speed[n] / 2
+			n.pos = n.progress.Written
+		}
+		r = w.observe(tree, t0.Add(time.Duration(i)*watchEvery))
+	}
+	if len(r.written) != 2 || r.written[far1] != 0 || r.written[far2] != 0 {
+		t.Errorf("rates taken of %d nodes (%v), want n1 and n2 only", len(r.written), r.written)
+	}
+	if r.slowest < 7.99e6 || r.slowest > 8.01e6 {
+		t.Errorf("the slowest at %.0f B/s, want n2's 8 MB/s", r.slowest)
+	}
+	if _, ok := w.samples[far2]; ok {
+		t.Error("samples kept of a node behind the one served apart")
+	}
+}
+
 // TestFullLinksLeavesDiskBoundChildrenOut: a star whose children write as
 // fast as their disks were measured proves nothing about the source's
 // link; the same star with fast disks does.
