@@ -38,6 +38,12 @@ type netFigures struct {
 	// while it sent as much: what a stream in and out at its link's pace
 	// costs it.
 	ringCPU map[string]float64
+	// ringMachine is the same for the node's machine: its busy time, all
+	// cores and kernel threads, over the bytes all its nodes received in
+	// the ring. A shaped link's queue runs its timers and sends in
+	// softirqs, which the kernel's threads take, and no process's time
+	// shows (a lab shaped with tbf: 40% of the cores in a cast).
+	ringMachine map[string]float64
 	// starSent is what the source carried to all nodes at once per
 	// second, over one window after the streams' start (see
 	// probe.Window); 0 if unknown.
@@ -129,7 +135,7 @@ func (w *netWaiter) wait(ctx context.Context, ids []uint64, deadline time.Time) 
 // s.cfg.NetProbe.
 func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFigures, []string) {
 	start := time.Now()
-	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}, ringCPU: map[string]float64{}}
+	f := netFigures{star: map[string]float64{}, ringIn: map[string]float64{}, ringUp: map[string]float64{}, ringCPU: map[string]float64{}, ringMachine: map[string]float64{}}
 	var notes []string
 	d := s.cfg.NetProbe
 	w, release := s.awaitNetResults()
@@ -206,6 +212,11 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 	// The ring: every node to the next at once, the last to the first.
 	if ring {
 		got := w.wait(ctx, ringIDs, time.Now().Add(d+3*time.Second))
+		var results []control.NetResult
+		for i := range ready {
+			results = append(results, got[ringIDs[i]])
+		}
+		f.ringMachine = machineRingCPU(ready, results)
 		for i, n := range ready {
 			next := ready[(i+1)%len(ready)]
 			r, ok := got[ringIDs[i]]
@@ -275,6 +286,23 @@ func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d ti
 	return err
 }
 
+// linkCPU is what a stream in and out at the pace of n's link costs n,
+// in CPU seconds a byte: its process's time in the ring or, where more, its
+// share of its machine's (ringMachine). A crowded machine's figures are
+// all raised by what its nodes cost each other (crowd.slowdown), which the
+// machine's time holds already. 0: not measured.
+func (f netFigures) linkCPU(n *nodeState) float64 {
+	own := f.ringCPU[n.name]
+	if own <= 0 {
+		return 0
+	}
+	machine := f.ringMachine[n.name]
+	if c, ok := f.crowds[n.machine]; ok {
+		machine /= c.slowdown()
+	}
+	return max(own, machine)
+}
+
 // describe says what the probes measured, for the preview.
 func (f netFigures) describe(ready []*nodeState) string {
 	lo, hi := 0.0, 0.0
@@ -300,6 +328,18 @@ func (f netFigures) describe(ready []*nodeState) string {
 	if len(cpu) > 0 {
 		slices.Sort(cpu)
 		s += fmt.Sprintf(", at %.1f ns of CPU per byte in and out (the median node)", cpu[len(cpu)/2]*1e9)
+		var machine []float64
+		for _, n := range ready {
+			if c := f.ringMachine[n.name]; c > 0 && !n.loopback() {
+				machine = append(machine, c)
+			}
+		}
+		if len(machine) > 0 {
+			slices.Sort(machine)
+			if m := machine[len(machine)/2]; m > cpu[len(cpu)/2] {
+				s += fmt.Sprintf(", %.1f ns with the kernel's threads (its machine's busy time)", m*1e9)
+			}
+		}
 	}
 	return s
 }
@@ -348,4 +388,49 @@ func (s *Server) awaitNetResults() (w *netWaiter, release func()) {
 		s.netResults = nil
 		s.mu.Unlock()
 	}
+}
+
+// machineRingCPU is each node's machine's busy time per byte its nodes
+// received in the ring (results[i] is what ready[i] received): the median
+// of what its nodes saw the machine spend over their probes, which ran at
+// the same time, over all they received. A machine is left out unless all
+// its nodes counted enough bytes.
+func machineRingCPU(ready []*nodeState, results []control.NetResult) map[string]float64 {
+	type machine struct {
+		busy  []float64
+		bytes int64
+		ok    bool
+	}
+	by := map[string]*machine{}
+	key := func(n *nodeState) string {
+		if n.machine == "" {
+			return "node " + n.name // a machine of its own, as far as anyone knows
+		}
+		return n.machine
+	}
+	for i, n := range ready {
+		m := by[key(n)]
+		if m == nil {
+			m = &machine{ok: true}
+			by[key(n)] = m
+		}
+		r := results[i]
+		if r.Error != "" || r.MachineCPU <= 0 || r.Bytes < ringCPUBytes {
+			m.ok = false
+			continue
+		}
+		m.busy = append(m.busy, r.MachineCPU)
+		m.bytes += r.Bytes
+	}
+	out := map[string]float64{}
+	for _, n := range ready {
+		m := by[key(n)]
+		if !m.ok || m.bytes <= 0 {
+			continue
+		}
+		busy := slices.Clone(m.busy)
+		slices.Sort(busy)
+		out[n.name] = busy[len(busy)/2] / float64(m.bytes)
+	}
+	return out
 }

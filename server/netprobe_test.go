@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"dolly/capacity"
+	"dolly/dolly/control"
 )
 
 // A node's link is the faster of its ring directions: a slow neighbour
@@ -132,6 +133,62 @@ func TestNodeOnLoopback(t *testing.T) {
 	} {
 		if got := (&nodeState{dataAddr: tt.addr}).loopback(); got != tt.want {
 			t.Errorf("loopback(%s) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// A machine's busy time in the ring is shared out over the bytes all its
+// nodes received: three nodes on one box each saw it busy about 0.3 s while
+// 100 MB passed in all; a machine with a node that reported no busy time,
+// or too few bytes, is left out; a node of unknown machine is one of its own.
+func TestMachineRingCPU(t *testing.T) {
+	node := func(name, machine string) *nodeState { return &nodeState{name: name, machine: machine} }
+	ready := []*nodeState{node("a1", "box"), node("a2", "box"), node("a3", "box"), node("b1", "pc-b"), node("c1", "pc-c"), node("d1", ""), node("e1", "")}
+	results := []control.NetResult{
+		{Bytes: 30e6, MachineCPU: 0.29},
+		{Bytes: 40e6, MachineCPU: 0.30},
+		{Bytes: 30e6, MachineCPU: 0.35},
+		{Bytes: 50e6, MachineCPU: 0.1},
+		{Bytes: 50e6}, // no busy time reported (an older node)
+		{Bytes: 20e6, MachineCPU: 0.04},
+		{Bytes: ringCPUBytes - 1, MachineCPU: 0.01}, // too few bytes to tell
+	}
+	got := machineRingCPU(ready, results)
+	want := map[string]float64{"a1": 3e-9, "a2": 3e-9, "a3": 3e-9, "b1": 2e-9, "d1": 2e-9}
+	if len(got) != len(want) {
+		t.Errorf("figures for %v, want for %v", got, want)
+	}
+	for name, w := range want {
+		if g := got[name]; g < w*0.999 || g > w*1.001 {
+			t.Errorf("%s: %.3g s a byte, want %.3g", name, g, w)
+		}
+	}
+}
+
+// A stream's cost is the node's own time or, where more, its share of its
+// machine's; a crowded machine's share is divided by the slowdown the model
+// applies to its figures anyway.
+func TestLinkCPU(t *testing.T) {
+	pc := &nodeState{name: "pc1", machine: "box"}
+	for _, tt := range []struct {
+		name               string
+		own, machine, slow float64
+		want               float64
+	}{
+		{"kernel threads add to the process", 1e-9, 3e-9, 0, 3e-9},
+		{"the process alone costs more", 2e-9, 1e-9, 0, 2e-9},
+		{"no machine figure", 2e-9, 0, 0, 2e-9},
+		{"not measured", 0, 3e-9, 0, 0},
+		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 2e-9},
+	} {
+		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}}
+		if tt.slow > 0 {
+			// Two cores for 1 s against a lone cost of 1 ns a byte: the
+			// crowd moved 2e9/slowdown bytes.
+			f.crowds = map[string]crowd{"box": {nodes: 3, cores: 2, rate: 2e9 / tt.slow, alone: 1e-9}}
+		}
+		if got := f.linkCPU(pc); got < tt.want*0.999 || got > tt.want*1.001 {
+			t.Errorf("%s: %.3g, want %.3g", tt.name, got, tt.want)
 		}
 	}
 }

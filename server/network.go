@@ -202,7 +202,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		if !n.loopback() {
 			withMeasuredLink(&p, figs.link(n.name))
-			if c := figs.ringCPU[n.name]; c > 0 {
+			if c := figs.linkCPU(n); c > 0 {
 				p.LinkStreamBytesPerSec = 1 / c
 			}
 		}

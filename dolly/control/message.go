@@ -344,8 +344,13 @@ type NetResult struct {
 	// costs it. For a disk crowd it is the whole machine's busy time over
 	// the window, all cores and kernel threads: what the writes of every
 	// node on it cost.
-	CPU   float64 `json:"cpu,omitempty"`
-	Error string  `json:"error,omitempty"`
+	CPU float64 `json:"cpu,omitempty"`
+	// MachineCPU is, for a bandwidth probe, the whole machine's busy time
+	// in seconds over the same span (all cores, kernel threads included):
+	// the softirqs and qdisc timers that move a stream through a shaped
+	// link run in kernel threads, which no process's own time shows.
+	MachineCPU float64 `json:"machine_cpu,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 // validate checks that the body matching the type is present.

@@ -58,10 +58,11 @@ func (n *node) sendProbe(ctx context.Context, p control.NetProbe) {
 // receiveProbe counts probe id arriving on c and reports it.
 func (n *node) receiveProbe(c net.Conn, id uint64) {
 	defer c.Close()
-	cpu := probe.ProcessCPU()
+	cpu, machine := probe.ProcessCPU(), probe.ReadCPUTimes()
 	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
 	n.probed.end(id)
-	res := control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate, CPU: (probe.ProcessCPU() - cpu).Seconds()}
+	res := control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate, CPU: (probe.ProcessCPU() - cpu).Seconds(),
+		MachineCPU: probe.ReadCPUTimes().Sub(machine).Busy.Seconds()}
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 
