@@ -1,6 +1,8 @@
 package server
 
 import (
+	"maps"
+	"strings"
 	"testing"
 
 	"dolly/capacity"
@@ -141,19 +143,19 @@ func TestNodeOnLoopback(t *testing.T) {
 // nodes received: three nodes on one box each saw it busy about 0.3 s while
 // 100 MB passed in all; a machine with a node that reported no busy time,
 // or too few bytes, is left out; a node of unknown machine is one of its own.
-func TestMachineRingCPU(t *testing.T) {
+func TestMachineRing(t *testing.T) {
 	node := func(name, machine string) *nodeState { return &nodeState{name: name, machine: machine} }
 	ready := []*nodeState{node("a1", "box"), node("a2", "box"), node("a3", "box"), node("b1", "pc-b"), node("c1", "pc-c"), node("d1", ""), node("e1", "")}
 	results := []control.NetResult{
-		{Bytes: 30e6, MachineCPU: 0.29},
-		{Bytes: 40e6, MachineCPU: 0.30},
-		{Bytes: 30e6, MachineCPU: 0.35},
-		{Bytes: 50e6, MachineCPU: 0.1},
+		{Bytes: 30e6, MachineCPU: 0.29, MachineIdle: 0.11},
+		{Bytes: 40e6, MachineCPU: 0.30, MachineIdle: 0.10},
+		{Bytes: 30e6, MachineCPU: 0.35, MachineIdle: 0.05},
+		{Bytes: 50e6, MachineCPU: 0.1, MachineIdle: 0.3},
 		{Bytes: 50e6}, // no busy time reported (an older node)
 		{Bytes: 20e6, MachineCPU: 0.04},
 		{Bytes: ringCPUBytes - 1, MachineCPU: 0.01}, // too few bytes to tell
 	}
-	got := machineRingCPU(ready, results)
+	got, busy := machineRing(ready, results)
 	want := map[string]float64{"a1": 3e-9, "a2": 3e-9, "a3": 3e-9, "b1": 2e-9, "d1": 2e-9}
 	if len(got) != len(want) {
 		t.Errorf("figures for %v, want for %v", got, want)
@@ -161,6 +163,11 @@ func TestMachineRingCPU(t *testing.T) {
 	for name, w := range want {
 		if g := got[name]; g < w*0.999 || g > w*1.001 {
 			t.Errorf("%s: %.3g s a byte, want %.3g", name, g, w)
+		}
+	}
+	for name, w := range map[string]float64{"a1": 0.75, "a3": 0.75, "b1": 0.25} {
+		if g := busy[name]; g < w*0.999 || g > w*1.001 {
+			t.Errorf("%s: its machine busy %.3f of the time, want %.3f", name, g, w)
 		}
 	}
 }
@@ -180,8 +187,12 @@ func TestLinkCPU(t *testing.T) {
 		{"no machine figure", 2e-9, 0, 0, 2e-9},
 		{"not measured", 0, 3e-9, 0, 0},
 		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 2e-9},
+		{"a ring that kept the CPUs busy", 1e-9, 3e-9, 0, 1e-9},
 	} {
-		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}}
+		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}, ringBusy: map[string]float64{}}
+		if strings.HasPrefix(tt.name, "a ring that kept") {
+			f.ringBusy["pc1"] = 0.97
+		}
 		if tt.slow > 0 {
 			// Two cores for 1 s against a lone cost of 1 ns a byte: the
 			// crowd moved 2e9/slowdown bytes.
@@ -189,6 +200,38 @@ func TestLinkCPU(t *testing.T) {
 		}
 		if got := f.linkCPU(pc); got < tt.want*0.999 || got > tt.want*1.001 {
 			t.Errorf("%s: %.3g, want %.3g", tt.name, got, tt.want)
+		}
+	}
+}
+
+// Where the ring kept a machine's CPUs busy, its nodes' links carried what
+// the scheduler gave each: rates within three quarters of the median
+// count as the median, and so do faster ones, so that no node is served
+// apart, or made a tree's inner node, for turns it did or did not get; a
+// link a tenth of the others' still stands out. Elsewhere the band stays
+// narrow.
+func TestNetFiguresSettleOnABusyMachine(t *testing.T) {
+	// Each node's ring rates in and up; its link is the faster. pc2 got
+	// few turns; pc5's link carries a tenth of the others'.
+	in := map[string]float64{"pc1": 30e6, "pc2": 10e6, "pc3": 17e6, "pc4": 70e6, "pc5": 3e6}
+	up := map[string]float64{"pc1": 30e6, "pc2": 10e6, "pc3": 30e6, "pc4": 28e6, "pc5": 3e6}
+	for _, tt := range []struct {
+		busy float64
+		want map[string]float64
+	}{
+		{0.97, map[string]float64{"pc1": 30e6, "pc2": 30e6, "pc3": 30e6, "pc4": 30e6, "pc5": 3e6}},
+		{0.6, map[string]float64{"pc1": 30e6, "pc2": 10e6, "pc3": 30e6, "pc4": 70e6, "pc5": 3e6}},
+	} {
+		ready := []*nodeState{{name: "pc1"}, {name: "pc2"}, {name: "pc3"}, {name: "pc4"}, {name: "pc5"}}
+		f := netFigures{star: map[string]float64{}, ringIn: maps.Clone(in), ringUp: maps.Clone(up), ringBusy: map[string]float64{}}
+		for _, n := range ready {
+			f.ringBusy[n.name] = tt.busy
+		}
+		f.settle(ready)
+		for name, want := range tt.want {
+			if got := f.link(name); got != want {
+				t.Errorf("CPUs busy %.0f%%: link(%s) = %.0f after settling, want %.0f", 100*tt.busy, name, got, want)
+			}
 		}
 	}
 }

@@ -350,7 +350,11 @@ type NetResult struct {
 	// the softirqs and qdisc timers that move a stream through a shaped
 	// link run in kernel threads, which no process's own time shows.
 	MachineCPU float64 `json:"machine_cpu,omitempty"`
-	Error      string  `json:"error,omitempty"`
+	// MachineIdle is the time its CPUs were idle (or waited for a disk)
+	// over the span: a ring that kept them busy measured what the CPU let
+	// through, not the links.
+	MachineIdle float64 `json:"machine_idle,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 // validate checks that the body matching the type is present.

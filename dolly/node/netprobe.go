@@ -61,8 +61,9 @@ func (n *node) receiveProbe(c net.Conn, id uint64) {
 	cpu, machine := probe.ProcessCPU(), probe.ReadCPUTimes()
 	r := probe.Receive(c, time.Now().Add(probeReceiveLimit))
 	n.probed.end(id)
+	spent := probe.ReadCPUTimes().Sub(machine)
 	res := control.NetResult{ID: id, Bytes: r.Bytes, Rate: r.Rate, CPU: (probe.ProcessCPU() - cpu).Seconds(),
-		MachineCPU: probe.ReadCPUTimes().Sub(machine).Busy.Seconds()}
+		MachineCPU: spent.Busy.Seconds(), MachineIdle: spent.Idle.Seconds()}
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 }
 
