@@ -18,6 +18,10 @@ type TargetInfo struct {
 	Size   int64 // capacity in bytes; 0 for a file dolly will create
 	Block  bool  // a block device rather than a regular file
 	Exists bool
+	// CachedBy is, for a loop device without direct I/O, the file behind
+	// it: what is written to the device fills that file's page cache
+	// first, whatever the writer asked for.
+	CachedBy string
 }
 
 // InspectTarget looks at a target without changing it: it must be a block
@@ -45,6 +49,7 @@ func InspectTarget(path string) (TargetInfo, error) {
 		info.Size = st.Size()
 	case st.Mode()&fs.ModeDevice != 0 && st.Mode()&fs.ModeCharDevice == 0:
 		info.Block = true
+		info.CachedBy = cachedLoop(path)
 	default:
 		return info, fmt.Errorf("target %s is a %s, not a block device or a regular file", path, describeMode(st.Mode()))
 	}

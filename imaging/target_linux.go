@@ -3,6 +3,8 @@ package imaging
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -99,4 +101,26 @@ func discard(f *os.File, block bool, off, n int64) (bool, error) {
 		return false, nil
 	}
 	return false, errno
+}
+
+// cachedLoop returns the file behind the loop device at path if the device
+// writes through that file's page cache (no direct I/O), else "".
+func cachedLoop(path string) string {
+	dev, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ""
+	}
+	name := filepath.Base(dev)
+	if !strings.HasPrefix(name, "loop") {
+		return ""
+	}
+	dio, err := os.ReadFile(filepath.Join("/sys/block", name, "loop", "dio"))
+	if err != nil || strings.TrimSpace(string(dio)) != "0" {
+		return ""
+	}
+	backing, err := os.ReadFile(filepath.Join("/sys/block", name, "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(backing))
 }

@@ -212,6 +212,11 @@ func TestNodeTargetOverridesServerTarget(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("cast: %v\n%s", r.err, r.out)
 	}
+	// The loop device writes through the page cache of its file.
+	backing, _ := filepath.EvalSymlinks(disks[0])
+	if want := dev + " (block device, 5.2 MB; a loop device over " + backing + ", without direct I/O)"; !strings.Contains(r.out, want) {
+		t.Errorf("output lacks %q:\n%s", want, r.out)
+	}
 	for i, d := range disks {
 		if got, _ := testimage.SHA256(d, size); got != want {
 			t.Errorf("disk %d differs from the image", i+1)
@@ -220,6 +225,27 @@ func TestNodeTargetOverridesServerTarget(t *testing.T) {
 	noTarget := cast(t, Config{Image: imgs[imaging.Raw]}, []string{""})
 	if noTarget.err == nil || !strings.Contains(noTarget.nodeErrs[0].Error(), "no target") {
 		t.Fatalf("node without any target: %v", noTarget.nodeErrs[0])
+	}
+}
+
+// Loop devices without direct I/O write through the page cache of their
+// files, which no probe sees: the preview says so, and how to avoid it.
+func TestPreviewNotesLoopDevicesWithoutDirectIO(t *testing.T) {
+	const size = 5 << 20
+	imgs, want := images(t, size)
+	disks := oldDisks(t, 2, size)
+	devs := []string{testenv.LoopDevice(t, disks[0]), testenv.LoopDevice(t, disks[1])}
+	r := castProbed(t, Config{Image: imgs[imaging.Raw]}, devs)
+	if r.err != nil {
+		t.Fatalf("cast: %v\n%s", r.err, r.out)
+	}
+	if want := "pc01, pc02 write loop devices without direct I/O"; !strings.Contains(r.out, want) || !strings.Contains(r.out, "losetup --direct-io=on") {
+		t.Errorf("output lacks %q and the way out:\n%s", want, r.out)
+	}
+	for i, d := range disks {
+		if got, _ := testimage.SHA256(d, size); got != want {
+			t.Errorf("disk %d differs from the image", i+1)
+		}
 	}
 }
 

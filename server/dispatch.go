@@ -39,6 +39,7 @@ func (s *Server) handleMessage(n *nodeState, c *control.Conn, m control.Message)
 			return
 		}
 		n.status, n.target, n.targetSize, n.block = stReady, m.Ready.Target, m.Ready.TargetSize, m.Ready.Block
+		n.cachedBy = m.Ready.CachedBy
 		n.probe = nil
 		if len(m.Ready.Probe) > 0 {
 			var p capacity.Probe

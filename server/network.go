@@ -234,6 +234,16 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		notes = append(notes, fmt.Sprintf("disk write rate not measured on %s (%s): assumed to keep up", listNames(noDisk), why))
 	}
+	var cached []string
+	for _, n := range ready {
+		if n.cachedBy != "" {
+			cached = append(cached, n.name)
+		}
+	}
+	if len(cached) > 0 {
+		notes = append(notes, fmt.Sprintf("%s write loop devices without direct I/O: their writes fill the page cache of the files behind them first, which the probes do not see and the model does not count (where fresh memory costs, as in a VM, such a cast runs slower than predicted); losetup --direct-io=on writes them as a disk would take them",
+			listNames(cached)))
+	}
 	if len(machines) < len(ready) {
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}

@@ -41,6 +41,7 @@ type nodeState struct {
 	target     string
 	targetSize int64
 	block      bool
+	cachedBy   string          // the file behind a loop device without direct I/O
 	probe      *capacity.Probe // what the node measured, if it did
 	machine    string          // tells nodes on one machine apart from the rest
 	macs       []string        // its NICs' MAC addresses, as its hello listed them

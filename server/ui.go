@@ -48,11 +48,14 @@ func (s *Server) printPlan(p castPlan, ch Choice) {
 	}
 	fmt.Fprintln(out, "targets:")
 	for _, n := range p.all() {
-		kind := "file"
+		kind, cached := "file", ""
 		if n.block {
 			kind = "block device"
 		}
-		fmt.Fprintf(out, "  %-16s %s (%s, %s)\n", n.name, n.target, kind, units.FormatBytes(n.targetSize))
+		if n.cachedBy != "" {
+			cached = "; a loop device over " + n.cachedBy + ", without direct I/O"
+		}
+		fmt.Fprintf(out, "  %-16s %s (%s, %s%s)\n", n.name, n.target, kind, units.FormatBytes(n.targetSize), cached)
 	}
 }
 

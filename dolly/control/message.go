@@ -223,10 +223,13 @@ type DiskLayout struct {
 // measure itself, its probe for the capacity model. The probe travels as
 // the node encoded it: the protocol does not look into it.
 type Ready struct {
-	Target     string          `json:"target"`
-	TargetSize int64           `json:"target_size"`
-	Block      bool            `json:"block"`
-	Probe      json.RawMessage `json:"probe,omitempty"`
+	Target     string `json:"target"`
+	TargetSize int64  `json:"target_size"`
+	Block      bool   `json:"block"`
+	// CachedBy is the file behind a target that is a loop device without
+	// direct I/O: its writes fill that file's page cache first.
+	CachedBy string          `json:"cached_by,omitempty"`
+	Probe    json.RawMessage `json:"probe,omitempty"`
 }
 
 // Peer is another node on the data path.

@@ -203,7 +203,7 @@ func (n *node) checkTarget(ctx context.Context, local net.Addr) (control.Ready, 
 	}
 	n.targetSize = info.Size
 	n.log.Info("joined", "image", n.welcome.Image, "size", n.welcome.ImageSize, "target", n.target)
-	ready := control.Ready{Target: n.target, TargetSize: info.Size, Block: info.Block}
+	ready := control.Ready{Target: n.target, TargetSize: info.Size, Block: info.Block, CachedBy: info.CachedBy}
 	if n.welcome.Probe && !n.cfg.NoProbe {
 		var localIP net.IP
 		if a, ok := local.(*net.TCPAddr); ok {
