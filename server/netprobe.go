@@ -296,17 +296,11 @@ func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d ti
 // in CPU seconds a byte: its process's time in the ring or, where more, its
 // share of its machine's (ringMachine). A crowded machine's figures are
 // all raised by what its nodes cost each other (crowd.slowdown), which the
-// machine's time holds already. A ring that kept the CPUs busy measured
-// the cost of a crowd fighting for them (7.3-7.7 ns a byte where the
-// processes took 4.5-5.6, and the cast ran at what these predict): there
-// the process's time stands. 0: not measured.
+// machine's time holds already. 0: not measured.
 func (f netFigures) linkCPU(n *nodeState) float64 {
 	own := f.ringCPU[n.name]
 	if own <= 0 {
 		return 0
-	}
-	if f.busy(n) {
-		return own
 	}
 	machine := f.ringMachine[n.name]
 	if c, ok := f.crowds[n.machine]; ok {
@@ -360,8 +354,8 @@ func (f netFigures) describe(ready []*nodeState) string {
 		}
 	}
 	if len(busy) > 0 {
-		s += fmt.Sprintf("; the ring kept the CPUs busy %.0f%% of the time where %s run, so their links carried what the CPU let through, and links within %.0f%% of the median count as alike",
-			100*median(busy), plural(len(busy), "node"), 100*busyBand)
+		s += fmt.Sprintf("; the ring kept the CPUs busy %.0f%% of the time where %s run, so their links carried what the CPU let through: each from %.0f%% of the median up counts as the best of them",
+			100*median(busy), plural(len(busy), "node"), 100*(1-busyBand))
 	}
 	return s
 }
@@ -383,7 +377,8 @@ const (
 func (f netFigures) busy(n *nodeState) bool { return f.ringBusy[n.name] >= busyShare }
 
 // settle gives the median to the ring rates that lie within settleBand of
-// it (where the ring was CPU-bound, all from busyBand below it up): links of one kind then look
+// it (where the ring was CPU-bound, the best of them to all from busyBand
+// below the median up): links of one kind then look
 // alike to the planner, which otherwise orders a chain by noise, and only
 // a link clearly apart stands out.
 func (f netFigures) settle(ready []*nodeState) {
@@ -398,19 +393,26 @@ func (f netFigures) settle(ready []*nodeState) {
 	}
 	slices.Sort(rates)
 	median := rates[len(rates)/2]
+	// Where the ring was busy, links alike carried at least what the
+	// best of them did: the others got fewer turns of the CPU.
+	var best float64
 	for _, n := range ready {
-		// A busy ring's faster links are as much the scheduler's doing.
-		low, high := 1-settleBand, 1+settleBand
+		if r := f.link(n.name); f.busy(n) && r >= (1-busyBand)*median {
+			best = max(best, r)
+		}
+	}
+	for _, n := range ready {
+		low, high, to := 1-settleBand, 1+settleBand, median
 		if f.busy(n) {
-			low, high = 1-busyBand, math.Inf(1)
+			low, high, to = 1-busyBand, math.Inf(1), best
 		}
 		near := func(r float64) bool { return r > 0 && r >= low*median && r <= high*median }
 		if near(f.link(n.name)) {
-			if near(f.ringIn[n.name]) || f.ringIn[n.name] > median {
-				f.ringIn[n.name] = median
+			if near(f.ringIn[n.name]) || f.ringIn[n.name] > to {
+				f.ringIn[n.name] = to
 			}
-			if near(f.ringUp[n.name]) || f.ringUp[n.name] > median {
-				f.ringUp[n.name] = median
+			if near(f.ringUp[n.name]) || f.ringUp[n.name] > to {
+				f.ringUp[n.name] = to
 			}
 		}
 	}
@@ -434,13 +436,14 @@ func (s *Server) awaitNetResults() (w *netWaiter, release func()) {
 // nodes received in the ring (results[i] is what ready[i] received): the
 // median of what its nodes saw the machine spend over their probes, which
 // ran at the same time, over all they received; and the share of the time
-// the machine's CPUs were busy (the median its nodes saw). A machine is
-// left out unless all its nodes counted enough bytes.
+// the machine's CPUs were busy (the median its nodes saw). Its cost is
+// left out unless every node of it reported what it received, and enough
+// in all; its busy share, only if none of them saw the machine's time.
 func machineRing(ready []*nodeState, results []control.NetResult) (cost, busy map[string]float64) {
 	type machine struct {
 		busy, share []float64
 		bytes       int64
-		ok          bool
+		ok          bool // every node reported its bytes
 	}
 	by := map[string]*machine{}
 	key := func(n *nodeState) string {
@@ -456,22 +459,26 @@ func machineRing(ready []*nodeState, results []control.NetResult) (cost, busy ma
 			by[key(n)] = m
 		}
 		r := results[i]
-		if r.Error != "" || r.MachineCPU <= 0 || r.Bytes < ringCPUBytes {
+		if r.Error != "" || r.Bytes <= 0 {
 			m.ok = false
 			continue
 		}
-		m.busy = append(m.busy, r.MachineCPU)
-		m.share = append(m.share, r.MachineCPU/(r.MachineCPU+r.MachineIdle))
 		m.bytes += r.Bytes
+		if r.MachineCPU > 0 {
+			m.busy = append(m.busy, r.MachineCPU)
+			m.share = append(m.share, r.MachineCPU/(r.MachineCPU+r.MachineIdle))
+		}
 	}
 	cost, busy = map[string]float64{}, map[string]float64{}
 	for _, n := range ready {
 		m := by[key(n)]
-		if !m.ok || m.bytes <= 0 {
+		if len(m.busy) == 0 {
 			continue
 		}
-		cost[n.name] = median(m.busy) / float64(m.bytes)
 		busy[n.name] = median(m.share)
+		if m.ok && m.bytes >= ringCPUBytes {
+			cost[n.name] = median(m.busy) / float64(m.bytes)
+		}
 	}
 	return cost, busy
 }
