@@ -325,26 +325,10 @@ func (f netFigures) describe(ready []*nodeState) string {
 	s := fmt.Sprintf("links measured in %s: the source sent %s MB/s in all to %s at once; each node's link carried %s–%s MB/s each way with all of them sending to the next",
 		formatDuration(f.took), mbps(f.sourceLink()), plural(len(ready), "node"), mbps(lo), mbps(hi))
 	// Over loopback the ring is no link, and the model leaves its CPU out.
-	var cpu []float64
-	for _, n := range ready {
-		if c := f.ringCPU[n.name]; c > 0 && !n.loopback() {
-			cpu = append(cpu, c)
-		}
-	}
-	if len(cpu) > 0 {
-		slices.Sort(cpu)
-		s += fmt.Sprintf(", at %.1f ns of CPU per byte in and out (the median node)", cpu[len(cpu)/2]*1e9)
-		var machine []float64
-		for _, n := range ready {
-			if c := f.ringMachine[n.name]; c > 0 && !n.loopback() {
-				machine = append(machine, c)
-			}
-		}
-		if len(machine) > 0 {
-			slices.Sort(machine)
-			if m := machine[len(machine)/2]; m > cpu[len(cpu)/2] {
-				s += fmt.Sprintf(", %.1f ns with the kernel's threads (its machine's busy time)", m*1e9)
-			}
+	if cpu, ok := ringMedian(ready, f.ringCPU); ok {
+		s += fmt.Sprintf(", at %.1f ns of CPU per byte in and out (the median node)", cpu*1e9)
+		if m, ok := ringMedian(ready, f.ringMachine); ok && m > cpu {
+			s += fmt.Sprintf(", %.1f ns with the kernel's threads (its machine's busy time)", m*1e9)
 		}
 	}
 	var busy []float64
@@ -481,6 +465,21 @@ func machineRing(ready []*nodeState, results []control.NetResult) (cost, busy ma
 		}
 	}
 	return cost, busy
+}
+
+// ringMedian is the median of a ring figure over the nodes off loopback
+// that have it; false if none has.
+func ringMedian(ready []*nodeState, fig map[string]float64) (float64, bool) {
+	var xs []float64
+	for _, n := range ready {
+		if c := fig[n.name]; c > 0 && !n.loopback() {
+			xs = append(xs, c)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return median(xs), true
 }
 
 // median is the middle of xs (the upper one of an even count); xs stays
