@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -90,7 +91,13 @@ func httpHandler(base string, boots map[string]archBoot, local func(mac string) 
 			addr := strings.ToLower(strings.ReplaceAll(mac[0], "-", ":"))
 			if why := local(addr); why != "" {
 				log.Info("http: the PC boots its local disk", "mac", mac[0], "why", why)
-				fmt.Fprint(w, LocalScript(why))
+				// Whole once flushed: told of the last PC, dolly-server
+				// stops serving, and a chunked body's end, written only
+				// when the handler returns, could be cut off (iPXE then
+				// reports the connection reset and boots nothing).
+				script := LocalScript(why)
+				w.Header().Set("Content-Length", strconv.Itoa(len(script)))
+				fmt.Fprint(w, script)
 				if err := http.NewResponseController(w).Flush(); err == nil && sent != nil {
 					sent(addr)
 				}

@@ -199,6 +199,29 @@ func TestHTTPBootsTheLocalDisk(t *testing.T) {
 	}
 }
 
+// Told that the last PC has its script, dolly-server stops serving at
+// once: the script must have reached the PC whole by then, as it has when
+// the connection is cut the moment the handler says so.
+func TestHTTPLocalScriptIsWholeWhenSent(t *testing.T) {
+	dir := t.TempDir()
+	kernel := writeFile(t, dir, "vmlinuz", 1000)
+	initramfs := writeFile(t, dir, "initramfs.cpio.gz", 1000)
+	local := func(string) string { return "pc01 is verified in this cast" }
+	var srv *httptest.Server
+	cut := func(string) { srv.CloseClientConnections() }
+	srv = httptest.NewServer(httpHandler("http://198.18.0.1:9701", map[string]archBoot{"": {"#!ipxe\n", kernel, initramfs}}, local, cut, nil, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/boot.ipxe?mac=52-54-00-12-34-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := LocalScript("pc01 is verified in this cast"); err != nil || string(body) != want {
+		t.Errorf("the script as the server stopped: %q (%v), want %q", body, err, want)
+	}
+}
+
 // ARM64 PCs get their own script, kernel and initramfs, under /arm64, with
 // their console; the MAC round trip keeps the architecture. An
 // architecture the server has nothing for is not found.
