@@ -224,12 +224,12 @@ func (s *Server) check(ctx context.Context, w *watch, now time.Time) {
 	w.below = time.Time{}
 	w.left--
 	rp, expect, rw, err := s.replan(w, r, now)
-	if errors.Is(err, errPlanEnding) {
-		s.log.Info("not re-planning the cast", "why", err)
-	} else if err != nil {
-		s.log.Warn("re-planning the cast", "err", err)
-	}
 	if err != nil {
+		if errors.Is(err, errPlanEnding) {
+			s.log.Info("not re-planning the cast", "why", err)
+		} else {
+			s.log.Warn("re-planning the cast", "err", err)
+		}
 		// Watch for a further fall, not this one.
 		w.predicted, w.expect = r.slowest, scaledTo(w.expect, r.worst)
 		return
