@@ -21,7 +21,8 @@ const (
 	CompressLimit   ConstraintKind = "compress"   // the source's compression on its compressing threads
 
 	// The CPU and memory system of a machine that several hosts share:
-	// Streams counts the hosts, Coef sums their demands.
+	// Streams counts the hosts (those beside the plan too, Machine.Beside),
+	// Coef sums their demands.
 	MachineCPULimit    ConstraintKind = "machine-cpu"
 	MachineMemoryLimit ConstraintKind = "machine-memory"
 	// The one disk the hosts of a machine write to (Machine.SharedDisk).

@@ -222,7 +222,7 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		m := machines[h.Machine]
 		if m == nil {
 			mc := f.net.Machines[h.Machine]
-			m = &sharedMachine{contention: mc.Contention, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
+			m = &sharedMachine{contention: mc.Contention, beside: mc.Beside, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -279,6 +279,7 @@ func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) fl
 // machine: several emulated hosts on a test box, or several nodes on one PC.
 type sharedMachine struct {
 	hosts             int
+	beside            int // hosts of the cast beside the plan (Machine.Beside)
 	contention        float64
 	cast              float64 // CPU per raw byte, once for the cast
 	cpu, cpuCap       float64
@@ -310,14 +311,14 @@ func (m *sharedMachine) add(cs []Constraint) {
 }
 
 // appendLimits adds the machine's own inequalities once two or more hosts
-// of the plan share it.
+// of the cast share it, the plan's or beside it.
 func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint {
-	if m.hosts < 2 {
+	if m.hosts+m.beside < 2 {
 		return dst
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
-		coef := m.cpu*(1+m.contention*float64(m.hosts-1)) + m.cast
-		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts, Coef: coef, Cap: m.cpuCap})
+		coef := m.cpu*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
+		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})
 	}
 	if m.memory > 0 && m.memoryCap > 0 {
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})

@@ -45,8 +45,12 @@ type Machine struct {
 	// Contention is the share of its CPU cost per byte that each host pays
 	// more for every other host of the cast on the machine: their context
 	// switches, wake-ups and cache misses, which no host's own probe
-	// sees. m hosts cost Σ coefficients · (1 + Contention·(m−1)).
+	// sees. m hosts cost Σ coefficients · (1 + Contention·(m−1+Beside)).
 	Contention float64
+	// Beside counts the cast's hosts on the machine that run beside the
+	// plan evaluated but are not in it (nodes served apart): they take
+	// their turns on its cores all the same.
+	Beside int
 	// CastCost is the CPU time, in seconds per byte the cast sends, that
 	// the machine pays once for the whole cast however many of its hosts
 	// take part: on a box running a chain of emulated hosts, the work of
@@ -143,6 +147,9 @@ func compile(net Network) (*fabric, error) {
 		}
 		if m.CastCost < 0 {
 			return nil, fmt.Errorf("machine %s: cast cost %v: want 0 or more", name, m.CastCost)
+		}
+		if m.Beside < 0 {
+			return nil, fmt.Errorf("machine %s: %d hosts beside the plan: want 0 or more", name, m.Beside)
 		}
 	}
 	f.hostSw = make([]int, len(net.Hosts))

@@ -208,26 +208,31 @@ func TestSharedMachine(t *testing.T) {
 }
 
 // Contention makes every host on a shared machine dearer by a share for
-// each other host on it, so the machine's coefficient grows faster than
-// the number of hosts.
+// each other host of the cast on it, in the plan or beside it (nodes served
+// apart), so the machine's coefficient grows faster than the number of
+// hosts.
 func TestMachineContention(t *testing.T) {
 	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB}}
 	tests := []struct {
 		nodes      int
 		contention float64
-	}{{1, 0}, {4, 0}, {4, 0.05}, {8, 0.05}, {8, 0.2}}
+		beside     int
+	}{{1, 0, 0}, {4, 0, 0}, {4, 0.05, 0}, {8, 0.05, 0}, {8, 0.2, 0}, {4, 0.2, 0}, {4, 0.2, 4}, {1, 0.2, 8}}
 	for _, tt := range tests {
 		net := oneSwitch(tt.nodes, 1250*MB, res)
 		for i := range net.Hosts {
 			net.Hosts[i].Machine = "box"
 		}
 		plain := find(t, evaluateWith(t, net, Chain(tt.nodes), Compression{}, Options{}), MachineCPULimit, "box")
-		net.Machines = map[string]Machine{"box": {Contention: tt.contention}}
+		net.Machines = map[string]Machine{"box": {Contention: tt.contention, Beside: tt.beside}}
 		r := evaluateWith(t, net, Chain(tt.nodes), Compression{}, Options{})
 		c := find(t, r, MachineCPULimit, "box")
-		want := plain.Coef * (1 + tt.contention*float64(tt.nodes))
+		want := plain.Coef * (1 + tt.contention*float64(tt.nodes+tt.beside))
 		if !near(c.Coef, want) {
-			t.Errorf("%d nodes, contention %v: coefficient %v, want %v", tt.nodes, tt.contention, c.Coef, want)
+			t.Errorf("%d nodes, %d beside, contention %v: coefficient %v, want %v", tt.nodes, tt.beside, tt.contention, c.Coef, want)
+		}
+		if want := tt.nodes + 1 + tt.beside; c.Streams != want {
+			t.Errorf("%d nodes, %d beside: the machine is shared by %d hosts, want %d", tt.nodes, tt.beside, c.Streams, want)
 		}
 	}
 }
@@ -268,6 +273,7 @@ func TestMachineFiguresChecked(t *testing.T) {
 	}{
 		{Machine{Contention: -0.5}, "machine box: contention -0.5"},
 		{Machine{CastCost: -1e-9}, "machine box: cast cost -1e-09"},
+		{Machine{Beside: -1}, "machine box: -1 hosts beside the plan"},
 	}
 	for _, tt := range tests {
 		net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -38,13 +39,22 @@ const apartGain = 1.5
 
 // serveApart takes the slowest nodes out of ch's plan while the plan
 // without them runs clearly faster (apartGain), and has each served by a
-// leaf of the plan. choose plans a network as ch was planned. It returns
-// ch unchanged when no node stands apart.
-func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose func(capacity.Network) (Choice, error)) Choice {
+// leaf of the plan. choose plans a network as ch was planned, compressed
+// or not as told. It returns ch unchanged when no node stands apart.
+//
+// The stream is one for the whole cast, so the plan without them sends it
+// as ch does: a switch behind a thin trunk is what makes compression pay,
+// and the plan of the source's side alone would often send it raw, which
+// the nodes apart would then take at a tenth of the rate.
+func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose func(capacity.Network, Compress) (Choice, error)) Choice {
 	if !ch.Modeled {
 		return ch
 	}
 	comp := ch.Result.Plan.Compression
+	keep := CompressNo
+	if comp.Enabled() {
+		keep = CompressYes
+	}
 	own := map[string]float64{}
 	for _, h := range net.Hosts {
 		if h.Role != capacity.RoleSource {
@@ -78,7 +88,7 @@ func serveApart(net capacity.Network, opt capacity.Options, ch Choice, choose fu
 		for _, name := range cands[:k] {
 			rest = without(rest, name)
 		}
-		next, err := choose(rest)
+		next, err := choose(rest, keep)
 		if err != nil || !next.Modeled || next.Result.Rate < apartGain*ch.Result.Rate {
 			continue
 		}
@@ -110,6 +120,7 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 		sub.Hosts = slices.DeleteFunc(slices.Clone(net.Hosts), func(h capacity.Host) bool {
 			return h.Role != capacity.RoleSource && !slices.Contains(group, h.Name)
 		})
+		sub = alongside(sub, net)
 		src := ch.Result.Plan.Hosts[0]
 		r, err := capacity.Evaluate(sub, capacity.Plan{Tree: capacity.Chain(len(group)), Hosts: append([]string{src}, group...), Compression: ch.Result.Plan.Compression}, opt)
 		if err == nil {
@@ -131,6 +142,7 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 	if len(used) == 0 {
 		return capacity.Result{}, false
 	}
+	main = alongside(main, net)
 	main.Hosts = slices.Clone(main.Hosts)
 	for i := range main.Hosts {
 		h := &main.Hosts[i]
@@ -147,6 +159,33 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 		return capacity.Result{}, false
 	}
 	return r, true
+}
+
+// alongside is sub, a part of the cast's network all, with every machine
+// told how many of the cast's hosts run on it beside sub's
+// (Machine.Beside): what a machine's hosts cost each other grows with all
+// of them, not with those of one plan.
+func alongside(sub, all capacity.Network) capacity.Network {
+	beside := map[string]int{}
+	for _, h := range all.Hosts {
+		if h.Machine != "" {
+			beside[h.Machine]++
+		}
+	}
+	for _, h := range sub.Hosts {
+		if h.Machine != "" {
+			beside[h.Machine]--
+		}
+	}
+	machines := maps.Clone(sub.Machines)
+	for m, n := range beside {
+		if mc, ok := machines[m]; ok && n > 0 {
+			mc.Beside = n
+			machines[m] = mc
+		}
+	}
+	sub.Machines = machines
+	return sub
 }
 
 // placeApart has the nodes of apart served by the leaves of the plan, the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -38,10 +39,10 @@ func TestServeApart(t *testing.T) {
 				}
 			}
 			opt := capacity.Options{ImageBytes: 1 << 30, Stored: &raw}
-			choose := func(n capacity.Network) (Choice, error) {
-				return Choose(n, opt, tt.shape, 0, CompressNo, imaging.Raw)
+			choose := func(n capacity.Network, compress Compress) (Choice, error) {
+				return Choose(n, opt, tt.shape, 0, compress, imaging.Raw)
 			}
-			ch, err := choose(net)
+			ch, err := choose(net, CompressNo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,5 +147,104 @@ func TestCulpritWaitsOutARewiring(t *testing.T) {
 				t.Errorf("culprit %q, want %q", got, tc.wantSlow)
 			}
 		})
+	}
+}
+
+// A part of the cast's network is told how many of the cast's hosts run on
+// each of its machines beside it: the nodes served apart take their turns
+// on the cores the plan's hosts run on.
+func TestAlongsideCountsTheHostsBesideThePlan(t *testing.T) {
+	all := crowdedLab(8, 125e6) // the source and pcb..pci on box
+	for i := 5; i < len(all.Hosts); i++ {
+		all.Hosts[i].Machine = "other" // pcf..pci
+	}
+	all.Machines = map[string]capacity.Machine{"box": {Contention: 0.1}, "other": {Contention: 0.2}}
+	tests := []struct {
+		name       string
+		keep       []string // the part's nodes, beside the source
+		box, other int
+	}{
+		{"the whole cast", []string{"pcb", "pcc", "pcd", "pce", "pcf", "pcg", "pch", "pci"}, 0, 0},
+		{"one machine's nodes", []string{"pcb", "pcc", "pcd", "pce"}, 0, 4},
+		{"a few of each", []string{"pcb", "pcf"}, 3, 3},
+		{"the source alone", nil, 4, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sub := all
+			sub.Hosts = nil
+			for _, h := range all.Hosts {
+				if h.Role == capacity.RoleSource || slices.Contains(tt.keep, h.Name) {
+					sub.Hosts = append(sub.Hosts, h)
+				}
+			}
+			got := alongside(sub, all)
+			if b := got.Machines["box"].Beside; b != tt.box {
+				t.Errorf("box: %d hosts beside, want %d", b, tt.box)
+			}
+			if b := got.Machines["other"].Beside; b != tt.other {
+				t.Errorf("other: %d hosts beside, want %d", b, tt.other)
+			}
+			if got.Machines["box"].Contention != 0.1 || got.Machines["other"].Contention != 0.2 {
+				t.Errorf("contention changed: %+v", got.Machines)
+			}
+			if all.Machines["box"].Beside != 0 || all.Machines["other"].Beside != 0 {
+				t.Errorf("the cast's own network changed: %+v", all.Machines)
+			}
+		})
+	}
+}
+
+// Nodes behind a thin trunk are served apart with the stream the whole
+// cast's plan chose: compressed, since the trunk makes compression pay,
+// even where the source's side alone would be sent raw.
+func TestServeApartKeepsTheCastsCompression(t *testing.T) {
+	const gigabit, trunk = 125e6, 12.5e6
+	net := crowdedLab(8, gigabit) // on one machine: the source's side is bound by its CPU
+	net.Switches = append(net.Switches, capacity.Switch{Name: "far"})
+	net.Links = []capacity.SwitchLink{{A: "switch", B: "far", Capacity: trunk}}
+	for i := range net.Hosts {
+		// Decoding dearer than relaying a gigabit's raw stream.
+		net.Hosts[i].Resources.CPU.Decompress = map[string]float64{"zstd": 200e6}
+		if i >= 5 {
+			net.Hosts[i].Switch = "far" // pcf..pci
+		}
+	}
+	zstd := capacity.Compression{Codec: "zstd", Factor: 3}
+	raw := capacity.Compression{Factor: 1}
+	opt := capacity.Options{ImageBytes: 1 << 30, Stored: &raw, Compression: zstd}
+	choose := func(n capacity.Network, compress Compress) (Choice, error) {
+		return Choose(n, opt, "", 0, compress, imaging.Raw)
+	}
+	near := net
+	for _, name := range []string{"pcf", "pcg", "pch", "pci"} {
+		near = without(near, name)
+	}
+	alone, err := choose(near, CompressAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alone.Result.Plan.Compression.Enabled() {
+		t.Fatalf("the source's side alone is sent %s: the lab does not test the case", alone.Send)
+	}
+	ch, err := choose(net, CompressAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ch.Result.Plan.Compression.Enabled() {
+		t.Fatalf("the whole cast is sent %s, want it compressed for the trunk", ch.Send)
+	}
+	ch = serveApart(net, opt, ch, choose)
+	if len(ch.Apart) != 4 {
+		t.Fatalf("served apart %+v, want the far switch's 4 nodes", ch.Apart)
+	}
+	if ch.Send != imaging.Zstd || !ch.Result.Plan.Compression.Enabled() {
+		t.Errorf("the cast is sent %s (plan %s), want zstd, as the whole cast's plan chose", ch.Send, planName(ch.Result))
+	}
+	for _, a := range ch.Apart {
+		// The trunk carries the compressed stream: 3× its rate of image.
+		if max := zstd.Factor * trunk; a.Rate > max*1.001 {
+			t.Errorf("%s predicted at %.3g B/s of image, more than the trunk carries (%.3g)", a.Name, a.Rate, max)
+		}
 	}
 }

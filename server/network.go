@@ -32,10 +32,10 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 		names = append(names, n.name)
 	}
 	net, opt, notes := s.model(ready, figs)
-	choose := func(net capacity.Network) (Choice, error) {
-		return Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, s.cfg.Compress, s.img.Encoding)
+	choose := func(net capacity.Network, compress Compress) (Choice, error) {
+		return Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, compress, s.img.Encoding)
 	}
-	ch, err := choose(net)
+	ch, err := choose(net, s.cfg.Compress)
 	if err == nil {
 		ch = serveApart(net, opt, ch, choose)
 	}

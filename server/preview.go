@@ -50,10 +50,10 @@ func Preview(ctx context.Context, topo *capacity.Topology, image string, frameSi
 
 // apartNotes says which nodes of t a cast would serve apart, and how.
 func apartNotes(t capacity.Topology) []string {
-	choose := func(net capacity.Network) (Choice, error) {
-		return Choose(net, t.Options, "", 0, CompressAuto, imaging.Raw)
+	choose := func(net capacity.Network, compress Compress) (Choice, error) {
+		return Choose(net, t.Options, "", 0, compress, imaging.Raw)
 	}
-	ch, err := choose(t.Network)
+	ch, err := choose(t.Network, CompressAuto)
 	if err != nil || !ch.Modeled {
 		return nil
 	}
