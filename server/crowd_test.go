@@ -11,6 +11,7 @@ import (
 
 	"dolly/capacity"
 	"dolly/dolly/control"
+	"dolly/dolly/probe"
 	"dolly/imaging"
 )
 
@@ -241,6 +242,57 @@ func TestShareCores(t *testing.T) {
 				if got != tt.want[i] {
 					t.Errorf("node %d on %s: told %d procs (%s message), want %d", i, tt.machines[i], got, m.Type, tt.want[i])
 				}
+			}
+		})
+	}
+}
+
+// With a topology file, the crowd its machine's nodes measured is the
+// model's all the same, unless the file gives that machine's contention;
+// the file's own figures are left as they were.
+func TestTopologyKeepsTheMeasuredCrowd(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		machines string // the file's "machines", if any
+		want     float64
+	}{
+		{"measured", "", 0.5}, // 3 hosts joined: the slowdown of 2 is 1 + 0.5·(3−1)
+		{"the file's word", `, "machines": {"lab": {"contention": 0.04}}`, 0.04},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			topo, err := capacity.ParseTopology([]byte(`{"switches": [{"name": "sw"}], "hosts": [
+				{"name": "srv", "switch": "sw", "link": "1Gbit", "role": "source", "machine": "lab"},
+				{"name": "pc01", "switch": "sw", "link": "1Gbit", "machine": "lab"},
+				{"name": "pc02", "switch": "sw", "link": "1Gbit", "machine": "lab"},
+				{"name": "pc03", "switch": "sw", "link": "1Gbit", "machine": "lab"}]` + tt.machines + `}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := maps.Clone(topo.Network.Machines)
+			lone := &capacity.Probe{Cores: 2, RelayBytesPerSec: 2e9, NetStreamBytesPerSec: 4e9, MemcpyBytesPerSec: 4e9}
+			probes := []capacity.Probe{{Hostname: "srv", Cores: 2}}
+			var ready []*nodeState
+			for _, name := range []string{"pc02", "pc01"} { // not in the file's order
+				probes = append(probes, probeFor(name, lone))
+				ready = append(ready, &nodeState{name: name, machine: "key"})
+			}
+			net, err := fromTopology(topo, probes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			machineOf := topologyMachines(net, ready, "key")
+			if want := []string{"key", "key", "key"}; !slices.Equal(machineOf, want) {
+				t.Fatalf("machines %q, want %q", machineOf, want)
+			}
+			// The path twice as slow as alone: 2 cores over 0.8 GB/s at
+			// 1.25 ns a byte.
+			c := crowd{nodes: 2, cores: 2, rate: 0.8e9, alone: probe.PathCost(*lone)}
+			markCrowds(&net, machineOf, map[string]crowd{"key": c})
+			if got := net.Machines["lab"].Contention; math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("contention %v, want %v", got, tt.want)
+			}
+			if !maps.Equal(topo.Network.Machines, before) {
+				t.Errorf("the file's machines changed: %+v, were %+v", topo.Network.Machines, before)
 			}
 		})
 	}

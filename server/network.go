@@ -250,6 +250,9 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	if t := s.cfg.Topology; t != nil {
 		net, err := fromTopology(t, probes)
 		if err == nil {
+			// The file tells the lab's shape; what its machines' hosts
+			// cost each other was measured all the same.
+			markCrowds(&net, topologyMachines(net, ready, machineOf[0]), figs.crowds)
 			return net, notes
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
@@ -264,9 +267,30 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	return net, notes
 }
 
+// topologyMachines returns the machine each host of net, a topology
+// file's, runs on as the nodes told it (their own machine's key), by
+// name; the source's is source.
+func topologyMachines(net capacity.Network, ready []*nodeState, source string) []string {
+	of := map[string]string{}
+	for _, n := range ready {
+		of[n.name] = n.machine
+	}
+	machineOf := make([]string, len(net.Hosts))
+	for i, h := range net.Hosts {
+		machineOf[i] = of[h.Name]
+		if h.Role == capacity.RoleSource {
+			machineOf[i] = source
+		}
+	}
+	return machineOf
+}
+
 // markCrowds gives the machines whose nodes measured their data path all at
-// once (hosts[i] runs on machineOf[i]) the contention they found.
+// once (hosts[i] runs on machineOf[i]) the contention they found. A
+// machine whose contention a topology file gives keeps it: the admin's
+// word.
 func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]crowd) {
+	net.Machines = maps.Clone(net.Machines) // a topology file's is the server's to keep
 	hosts := map[string]int{}
 	for _, h := range net.Hosts {
 		if h.Machine != "" {
@@ -282,6 +306,9 @@ func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]cro
 			net.Machines = map[string]capacity.Machine{}
 		}
 		mc := net.Machines[h.Machine]
+		if mc.Contention > 0 && !mc.Crowded {
+			continue
+		}
 		mc.Contention = c.contention(hosts[h.Machine])
 		mc.Crowded = true
 		net.Machines[h.Machine] = mc
