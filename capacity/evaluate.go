@@ -320,6 +320,9 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		coef := m.cpu*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
 		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})
 	}
+	if m.hosts < 2 { // the rest is the plan's hosts' alone
+		return dst
+	}
 	if m.memory > 0 && m.memoryCap > 0 {
 		dst = append(dst, Constraint{Kind: MachineMemoryLimit, Subject: name, Streams: m.hosts, Coef: m.memory, Cap: m.memoryCap})
 	}

@@ -158,7 +158,7 @@ func TestAlongsideCountsTheHostsBesideThePlan(t *testing.T) {
 	for i := 5; i < len(all.Hosts); i++ {
 		all.Hosts[i].Machine = "other" // pcf..pci
 	}
-	all.Machines = map[string]capacity.Machine{"box": {Contention: 0.1}, "other": {Contention: 0.2}}
+	all.Machines = map[string]capacity.Machine{"box": {Contention: 0.1}} // none for other: it still counts
 	tests := []struct {
 		name       string
 		keep       []string // the part's nodes, beside the source
@@ -185,39 +185,55 @@ func TestAlongsideCountsTheHostsBesideThePlan(t *testing.T) {
 			if b := got.Machines["other"].Beside; b != tt.other {
 				t.Errorf("other: %d hosts beside, want %d", b, tt.other)
 			}
-			if got.Machines["box"].Contention != 0.1 || got.Machines["other"].Contention != 0.2 {
+			if got.Machines["box"].Contention != 0.1 || got.Machines["other"].Contention != 0 {
 				t.Errorf("contention changed: %+v", got.Machines)
 			}
-			if all.Machines["box"].Beside != 0 || all.Machines["other"].Beside != 0 {
+			if len(all.Machines) != 1 || all.Machines["box"].Beside != 0 {
 				t.Errorf("the cast's own network changed: %+v", all.Machines)
 			}
 		})
 	}
 }
 
+// twoSwitchLab is a lab on one crowded machine: nodes at 1 Gbit/s, the
+// last far of them behind a 100 Mbit/s trunk, every host decoding zstd
+// dearer than it relays a gigabit's raw stream; the image compresses 3×.
+func twoSwitchLab(nodes, far int) (capacity.Network, capacity.Options) {
+	net := crowdedLab(nodes, 125e6)
+	net.Switches = append(net.Switches, capacity.Switch{Name: "far"})
+	net.Links = []capacity.SwitchLink{{A: "switch", B: "far", Capacity: 12.5e6}}
+	for i := range net.Hosts {
+		net.Hosts[i].Resources.CPU.Decompress = map[string]float64{"zstd": 200e6}
+		if i > nodes-far {
+			net.Hosts[i].Switch = "far"
+		}
+	}
+	raw := capacity.Compression{Factor: 1}
+	return net, capacity.Options{ImageBytes: 1 << 30, Stored: &raw, Compression: capacity.Compression{Codec: "zstd", Factor: 3}}
+}
+
+// farNodes names the hosts of net behind its trunk.
+func farNodes(net capacity.Network) []string {
+	var far []string
+	for _, h := range net.Hosts {
+		if h.Switch == "far" {
+			far = append(far, h.Name)
+		}
+	}
+	return far
+}
+
 // Nodes behind a thin trunk are served apart with the stream the whole
 // cast's plan chose: compressed, since the trunk makes compression pay,
 // even where the source's side alone would be sent raw.
 func TestServeApartKeepsTheCastsCompression(t *testing.T) {
-	const gigabit, trunk = 125e6, 12.5e6
-	net := crowdedLab(8, gigabit) // on one machine: the source's side is bound by its CPU
-	net.Switches = append(net.Switches, capacity.Switch{Name: "far"})
-	net.Links = []capacity.SwitchLink{{A: "switch", B: "far", Capacity: trunk}}
-	for i := range net.Hosts {
-		// Decoding dearer than relaying a gigabit's raw stream.
-		net.Hosts[i].Resources.CPU.Decompress = map[string]float64{"zstd": 200e6}
-		if i >= 5 {
-			net.Hosts[i].Switch = "far" // pcf..pci
-		}
-	}
-	zstd := capacity.Compression{Codec: "zstd", Factor: 3}
-	raw := capacity.Compression{Factor: 1}
-	opt := capacity.Options{ImageBytes: 1 << 30, Stored: &raw, Compression: zstd}
+	net, opt := twoSwitchLab(6, 2) // the source's side is bound by its machine's CPU
 	choose := func(n capacity.Network, compress Compress) (Choice, error) {
 		return Choose(n, opt, "", 0, compress, imaging.Raw)
 	}
+	far := farNodes(net)
 	near := net
-	for _, name := range []string{"pcf", "pcg", "pch", "pci"} {
+	for _, name := range far {
 		near = without(near, name)
 	}
 	alone, err := choose(near, CompressAuto)
@@ -235,16 +251,36 @@ func TestServeApartKeepsTheCastsCompression(t *testing.T) {
 		t.Fatalf("the whole cast is sent %s, want it compressed for the trunk", ch.Send)
 	}
 	ch = serveApart(net, opt, ch, choose)
-	if len(ch.Apart) != 4 {
-		t.Fatalf("served apart %+v, want the far switch's 4 nodes", ch.Apart)
+	if len(ch.Apart) != len(far) {
+		t.Fatalf("served apart %+v, want the far switch's %v", ch.Apart, far)
 	}
 	if ch.Send != imaging.Zstd || !ch.Result.Plan.Compression.Enabled() {
 		t.Errorf("the cast is sent %s (plan %s), want zstd, as the whole cast's plan chose", ch.Send, planName(ch.Result))
 	}
 	for _, a := range ch.Apart {
 		// The trunk carries the compressed stream: 3× its rate of image.
-		if max := zstd.Factor * trunk; a.Rate > max*1.001 {
+		if max := opt.Compression.Factor * 12.5e6; a.Rate > max*1.001 {
 			t.Errorf("%s predicted at %.3g B/s of image, more than the trunk carries (%.3g)", a.Name, a.Rate, max)
 		}
+	}
+}
+
+// Nodes are served apart only where the plan gains as much beside them as
+// it seemed to without them: on a machine they share, their decoding takes
+// the cores the plan runs on. Here the source's side alone would run 1.57×
+// the whole chain's rate, and 1.19× beside the 4 far nodes.
+func TestServeApartJudgesTheGainBesideThem(t *testing.T) {
+	net, opt := twoSwitchLab(8, 4)
+	choose := func(n capacity.Network, compress Compress) (Choice, error) {
+		return Choose(n, opt, "", 0, compress, imaging.Raw)
+	}
+	ch, err := choose(net, CompressAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := ch.Result.Rate
+	ch = serveApart(net, opt, ch, choose)
+	if len(ch.Apart) != 0 || ch.Result.Rate != with {
+		t.Errorf("served apart %+v at %.3g B/s, against %.3g with them in the plan: want them kept in it", ch.Apart, ch.Result.Rate, with)
 	}
 }

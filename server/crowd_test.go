@@ -258,6 +258,7 @@ func TestTopologyKeepsTheMeasuredCrowd(t *testing.T) {
 	}{
 		{"measured", "", 0.5}, // 3 hosts joined: the slowdown of 2 is 1 + 0.5·(3−1)
 		{"the file's word", `, "machines": {"lab": {"contention": 0.04}}`, 0.04},
+		{"measured, beside the file's cast cost", `, "machines": {"lab": {"cast_cpu_per_gb": 2.5}}`, 0.5},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			topo, err := capacity.ParseTopology([]byte(`{"switches": [{"name": "sw"}], "hosts": [

@@ -287,8 +287,8 @@ func topologyMachines(net capacity.Network, ready []*nodeState, source string) [
 
 // markCrowds gives the machines whose nodes measured their data path all at
 // once (hosts[i] runs on machineOf[i]) the contention they found. A
-// machine whose contention a topology file gives keeps it: the admin's
-// word.
+// machine a topology file gives a contention above 0 keeps it: the
+// admin's word.
 func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]crowd) {
 	net.Machines = maps.Clone(net.Machines) // a topology file's is the server's to keep
 	hosts := map[string]int{}
