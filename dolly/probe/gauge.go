@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -118,7 +119,10 @@ func (c *cycle) Read(p []byte) (int, error) {
 // decoding factor, which a rate timed alone does not: on a shared machine
 // that varies by tens of percent from one run to the next.
 type decodeGauge struct {
-	cpu    func() time.Duration
+	cpu func() time.Duration
+	// share bounds the sample's CPU to 1/share of the image's (0:
+	// gaugeShare).
+	share  int
 	sample sampleSource // nil: the factor is not measured
 	spare  []byte
 	image  timing
@@ -157,18 +161,19 @@ func (t timing) rate() float64 {
 // timed piece of it.
 const sampleWarmup = 256 << 10
 
-// gaugeShare is the most CPU the sample may take against the image's: it
-// is decoded between pieces only while it has had less than this share,
-// which spreads it evenly over the image's decoding at an eighth of its
-// cost.
+// gaugeShare is the most CPU the sample may take against the image's, by
+// default: it is decoded between pieces only while it has had less than
+// this share, which spreads it evenly over the image's decoding at an
+// eighth of its cost.
 const gaugeShare = 8
 
 // newDecodeGauge returns a gauge for enc timed by cpu, a thread's clock
-// (OnOneThread). checked says whether the image's decoder checks the
+// (OnOneThread), that gives the sample at most 1/share of the image's CPU
+// (0: gaugeShare). checked says whether the image's decoder checks the
 // format's checksums: the sample's does alike, so that the two compare.
 // rle also times the RLE sample, for a zstd image that has RLE blocks.
-func newDecodeGauge(enc imaging.Encoding, checked, rle bool, cpu func() time.Duration) *decodeGauge {
-	g := &decodeGauge{cpu: cpu}
+func newDecodeGauge(enc imaging.Encoding, checked, rle bool, share int, cpu func() time.Duration) *decodeGauge {
+	g := &decodeGauge{cpu: cpu, share: share}
 	if s, err := NewSampleDecoder(enc, checked); err == nil {
 		// Its first piece, untimed, pays the decoder's start-up and the
 		// buffer's first touch, which few timed pieces would not spread.
@@ -211,7 +216,8 @@ func (g *decodeGauge) read(dec io.Reader, p []byte) (int, error) {
 	g.image.bytes += int64(n)
 	// Without a thread clock (both times 0) the factor cannot be told:
 	// the sample is not decoded at all.
-	if g.sample != nil && n > 0 && g.image.cpu > 0 && (g.ref.cpu+g.otherRef.cpu)*gaugeShare <= g.image.cpu {
+	share := time.Duration(cmp.Or(g.share, gaugeShare))
+	if g.sample != nil && n > 0 && g.image.cpu > 0 && (g.ref.cpu+g.otherRef.cpu)*share <= g.image.cpu {
 		ok := true
 		if g.turn = !g.turn; g.turn && g.other != nil {
 			if !g.time(g.other, &g.otherRef, &g.otherSpare, n) { // the first carries on

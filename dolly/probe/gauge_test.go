@@ -177,3 +177,67 @@ func TestDecodeGaugeWithoutAClock(t *testing.T) {
 		t.Errorf("decoded %d sample bytes, factor %v, rate %v; want none and unknown", g.ref.bytes, g.factor(), g.rate())
 	}
 }
+
+// A raw image's samples decode in a few milliseconds: decodePasses reads
+// them again until the image has taken profileDecodeCPU, times the
+// standard sample for about half as long, and gives each part's time in
+// one pass.
+func TestDecodePasses(t *testing.T) {
+	tests := []struct {
+		name       string
+		imageRate  float64
+		sizes      []int
+		wantPasses int
+	}{
+		// 16 MiB at 5 GB/s: 3.4 ms a pass, so 24 passes.
+		{"fast samples", 5e9, []int{6 << 20, 10 << 20}, 24},
+		// 160 MiB at 1 GB/s: 168 ms, one pass is enough.
+		{"slow samples", 1e9, []int{96 << 20, 64 << 20}, 1},
+		// Decoding that takes nothing ends at profileDecodePasses.
+		{"free", 1e18, []int{1 << 20}, profileDecodePasses},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cpu := &fakeCPU{}
+			sample := &fakeSample{cpu: cpu, rate: 1e9}
+			g := &decodeGauge{cpu: cpu.clock, sample: sample, share: profileGaugeShare}
+			img := &fakeImage{cpu: cpu, rate: tt.imageRate, left: 1 << 50}
+			parts, ok := decodePasses(g, img, tt.sizes)
+			if !ok {
+				t.Fatal("decodePasses failed")
+			}
+			total := 0
+			for _, s := range tt.sizes {
+				total += s
+			}
+			passes := int(g.image.bytes) / total
+			if int(g.image.bytes) != passes*total {
+				t.Errorf("decoded %d bytes: not whole passes of %d", g.image.bytes, total)
+			}
+			if tt.wantPasses == profileDecodePasses {
+				if passes != profileDecodePasses {
+					t.Errorf("%d passes, want %d", passes, profileDecodePasses)
+				}
+			} else if passes != tt.wantPasses || g.image.cpu < profileDecodeCPU || passes > 1 && g.image.cpu-g.image.cpu/time.Duration(passes) >= profileDecodeCPU {
+				t.Errorf("%d passes took %v: want the fewest that reach %v", passes, g.image.cpu, profileDecodeCPU)
+			}
+			if tt.imageRate < 1e12 {
+				for i, s := range tt.sizes {
+					want := time.Duration(float64(s) / tt.imageRate * float64(time.Second))
+					if d := parts[i] - want; d < -time.Microsecond || d > time.Microsecond {
+						t.Errorf("part %d took %v a pass, want %v", i, parts[i], want)
+					}
+				}
+				// The sample had about half the image's time, give or take
+				// a piece of 1 MiB.
+				piece := time.Duration(float64(1<<20) / 1e9 * float64(time.Second))
+				if took, half := g.ref.cpu, g.image.cpu/profileGaugeShare; took > half+2*piece || took < half-2*piece {
+					t.Errorf("the sample took %v against the image's %v", took, g.image.cpu)
+				}
+				if f, want := g.factor(), tt.imageRate/1e9; !near(f, want, 0.01) {
+					t.Errorf("factor %.3f, want %.3f", f, want)
+				}
+			}
+		})
+	}
+}

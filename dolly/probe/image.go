@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -179,7 +178,7 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	var err error
 	w := &scanWatch{tally: pieceTally{span: tallySpan}}
 	OnOneThread(func(cpu func() time.Duration) {
-		w.gauge = newDecodeGauge(im.Encoding, true, rle > 0, cpu)
+		w.gauge = newDecodeGauge(im.Encoding, true, rle > 0, gaugeShare, cpu)
 		defer w.gauge.close()
 		// The decoder runs in this goroutine, so the thread's CPU time
 		// around it is the decoding's.
@@ -222,35 +221,67 @@ func (w *scanWatch) Decoded(off, raw, zero, packed int64) {
 // the stretches are merged into pieces.
 const tallySpan = 8 << 20
 
+// A raw image's samples, mostly zero runs, decode in 10-16 ms, and the
+// standard sample's eighth of that was one or two pieces: on an idle
+// machine the factor of one image read anywhere from 2.4 to 8.6 from one
+// profile to the next. So the samples are decoded over and over until
+// they have taken profileDecodeCPU (a decoder that has run a while, as a
+// node's has), and the standard sample is timed for up to half as long.
+const (
+	profileDecodeCPU    = 80 * time.Millisecond
+	profileDecodePasses = 32
+	profileGaugeShare   = 2
+)
+
 // decodeRate times one core decoding a compressed stream held in memory,
-// and returns its rate, its factor against the standard sample and the
-// time each of the stream's parts took, the parts being the sizes given in
-// raw bytes, in order.
+// over as many passes as profileDecodeCPU takes, and returns its rate,
+// its factor against the standard sample and the time each of the
+// stream's parts took in one pass, the parts being the sizes given in raw
+// bytes, in order.
 func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
+	if len(stream) == 0 || len(sizes) == 0 {
+		return 0, 0, nil
+	}
 	OnOneThread(func(clock func() time.Duration) {
-		d, err := imaging.NewStreamDecoder(enc, bytes.NewReader(stream))
+		// The stream, repeated, is a valid stream (newCyclingDecoder).
+		d, err := imaging.NewStreamDecoder(enc, &cycle{b: stream})
 		if err != nil {
 			return
 		}
 		defer d.Close()
-		gauge := newDecodeGauge(enc, false, false, clock)
+		gauge := newDecodeGauge(enc, false, false, profileGaugeShare, clock)
 		defer gauge.close()
-		buf := make([]byte, 1<<20)
-		for _, size := range sizes {
-			before := gauge.image.cpu
+		if parts, ok := decodePasses(gauge, d, sizes); ok {
+			rate, factor, cpu = gauge.rate(), gauge.factor(), parts
+		}
+	})
+	return rate, factor, cpu
+}
+
+// decodePasses reads the parts of sizes through g from dec, a stream
+// repeated without end, pass after pass until the image has taken
+// profileDecodeCPU (or profileDecodePasses are done), and returns the time
+// each part took in one pass, on average.
+func decodePasses(g *decodeGauge, dec io.Reader, sizes []int) ([]time.Duration, bool) {
+	buf := make([]byte, 1<<20)
+	parts := make([]time.Duration, len(sizes))
+	passes := 0
+	for passes < profileDecodePasses && (passes == 0 || g.image.cpu < profileDecodeCPU) {
+		for i, size := range sizes {
+			before := g.image.cpu
 			for size > 0 {
-				n, err := gauge.read(d, buf[:min(size, len(buf))])
+				n, err := g.read(dec, buf[:min(size, len(buf))])
 				size -= n
-				if n == 0 || err != nil && (err != io.EOF || size > 0) {
-					return
+				if n == 0 || err != nil {
+					return nil, false
 				}
 			}
-			cpu = append(cpu, gauge.image.cpu-before)
+			parts[i] += g.image.cpu - before
 		}
-		rate, factor = gauge.rate(), gauge.factor()
-	})
-	if len(cpu) < len(sizes) {
-		cpu = nil
+		passes++
 	}
-	return rate, factor, cpu
+	for i := range parts {
+		parts[i] /= time.Duration(passes)
+	}
+	return parts, true
 }
