@@ -67,6 +67,43 @@ func TestMergeMachineProbesKeepsTheNodesDecoders(t *testing.T) {
 	}
 }
 
+// TestMergeMachineProbesTakesTheNodesMedianDecoder: the nodes of one
+// machine, timed at different moments, decode at the median of their
+// figures, not at the best one's; the other figures are the best.
+func TestMergeMachineProbesTakesTheNodesMedianDecoder(t *testing.T) {
+	node := func(copyRate, zstd, gzip, rle float64) capacity.Probe {
+		return capacity.Probe{MemcpyBytesPerSec: copyRate, RLEDecodeBytesPerSec: rle,
+			DecompressBytesPerSec: map[string]float64{"zstd": zstd, "gzip": gzip}}
+	}
+	probes := []capacity.Probe{
+		{MemcpyBytesPerSec: 5e9},
+		node(8e9, 1.8e9, 0.39e9, 14e9),
+		node(7e9, 1.2e9, 0.27e9, 10e9),
+		node(6e9, 1.5e9, 0.30e9, 13e9),
+		node(9e9, 1.4e9, 0.28e9, 12e9), // another machine
+	}
+	mergeMachineProbes(probes, []string{"m", "m", "m", "m", "other"})
+	for i, p := range probes[:4] {
+		if p.MemcpyBytesPerSec != 8e9 {
+			t.Errorf("probe %d: copy at %.3g, want the machine's best 8e9", i, p.MemcpyBytesPerSec)
+		}
+	}
+	for i, p := range probes[1:4] {
+		if z, g := p.DecompressBytesPerSec["zstd"], p.DecompressBytesPerSec["gzip"]; z != 1.5e9 || g != 0.30e9 {
+			t.Errorf("node %d decodes zstd at %.3g and gzip at %.3g, want the median 1.5e9 and 0.3e9", i+1, z, g)
+		}
+		if p.RLEDecodeBytesPerSec != 13e9 {
+			t.Errorf("node %d fills RLE blocks at %.3g, want the median 13e9", i+1, p.RLEDecodeBytesPerSec)
+		}
+	}
+	if p := probes[4]; p.DecompressBytesPerSec["zstd"] != 1.4e9 || p.MemcpyBytesPerSec != 9e9 {
+		t.Errorf("the other machine's node was changed: %+v", p)
+	}
+	if probes[0].DecompressBytesPerSec != nil {
+		t.Errorf("the source was given decoders: %v", probes[0].DecompressBytesPerSec)
+	}
+}
+
 // TestZeroedRuns: the nodes zero the zero runs outside free blocks, and
 // the preview says what that costs disks that zero by writing.
 func TestZeroedRuns(t *testing.T) {
