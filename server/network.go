@@ -403,15 +403,17 @@ func (n *nodeState) writesFile() bool {
 // hardware is the same. probes[0] is the source's. The decoders' figures
 // are the nodes' own: the source's program decodes at speeds of its own
 // (see ImageDecode), and decodes only what it converts. Of those, the
-// nodes' median counts, not their best: each is timed on the thread's own
-// clock, which another program does not slow, but a shared machine's
-// speed varies from moment to moment (a virtual machine's by a quarter
-// over a few hundred milliseconds), and a cast that decodes for seconds
-// runs at its usual speed, not at the best moment's. The best of 8 nodes
-// put the lab's zstd chain at 1 Gbit/s 15-23% over its measured rate.
+// nodes' median counts, not their best: each is timed on its thread's own
+// clock, which other programs do not slow, but a machine's speed varies
+// from moment to moment (a virtual machine's most), and a cast that
+// decodes for seconds runs at its usual speed, not at the best moment's.
 func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
+	type decoders struct {
+		codecs map[string][]float64
+		rle    []float64
+	}
 	best := map[string]capacity.Probe{}
-	decoders := map[string]map[string][]float64{} // by machine, by codec; "rle": RLE blocks
+	dec := map[string]*decoders{}
 	for i, p := range probes {
 		m := machineOf[i]
 		if m == "" {
@@ -426,16 +428,18 @@ func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 		if i == 0 {
 			continue
 		}
-		if decoders[m] == nil {
-			decoders[m] = map[string][]float64{}
+		d := dec[m]
+		if d == nil {
+			d = &decoders{codecs: map[string][]float64{}}
+			dec[m] = d
 		}
 		for codec, r := range p.DecompressBytesPerSec {
 			if r > 0 {
-				decoders[m][codec] = append(decoders[m][codec], r)
+				d.codecs[codec] = append(d.codecs[codec], r)
 			}
 		}
 		if p.RLEDecodeBytesPerSec > 0 {
-			decoders[m][rleFigure] = append(decoders[m][rleFigure], p.RLEDecodeBytesPerSec)
+			d.rle = append(d.rle, p.RLEDecodeBytesPerSec)
 		}
 	}
 	for i := range probes {
@@ -459,25 +463,19 @@ func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
 		if i == 0 {
 			continue
 		}
-		dec := decoders[machineOf[i]]
+		d := dec[machineOf[i]]
 		if p.DecompressBytesPerSec != nil {
 			merged := map[string]float64{}
-			for codec, rates := range dec {
-				if codec != rleFigure {
-					merged[codec] = median(rates)
-				}
+			for codec, rates := range d.codecs {
+				merged[codec] = median(rates)
 			}
 			p.DecompressBytesPerSec = merged
 		}
 		if p.RLEDecodeBytesPerSec > 0 {
-			p.RLEDecodeBytesPerSec = median(dec[rleFigure])
+			p.RLEDecodeBytesPerSec = median(d.rle)
 		}
 	}
 }
-
-// rleFigure keys the nodes' RLE figures among their codecs' in
-// mergeMachineProbes.
-const rleFigure = "rle blocks"
 
 func maxRates(a, b map[string]float64) map[string]float64 {
 	if a == nil && b == nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,32 +76,44 @@ func TestMergeMachineProbesTakesTheNodesMedianDecoder(t *testing.T) {
 		return capacity.Probe{MemcpyBytesPerSec: copyRate, RLEDecodeBytesPerSec: rle,
 			DecompressBytesPerSec: map[string]float64{"zstd": zstd, "gzip": gzip}}
 	}
+	// The source decodes at speeds of its own: counted, it would move
+	// every median.
+	source := node(5e9, 0.5e9, 2e9, 30e9)
 	probes := []capacity.Probe{
-		{MemcpyBytesPerSec: 5e9},
+		source,
 		node(8e9, 1.8e9, 0.39e9, 14e9),
 		node(7e9, 1.2e9, 0.27e9, 10e9),
 		node(6e9, 1.5e9, 0.30e9, 13e9),
 		node(9e9, 1.4e9, 0.28e9, 12e9), // another machine
+		// Measured zstd alone, and no RLE blocks: it gets the others'
+		// gzip, and still no RLE figure.
+		{MemcpyBytesPerSec: 1e9, DecompressBytesPerSec: map[string]float64{"zstd": 1.3e9}},
 	}
-	mergeMachineProbes(probes, []string{"m", "m", "m", "m", "other"})
-	for i, p := range probes[:4] {
+	mergeMachineProbes(probes, []string{"m", "m", "m", "m", "other", "m"})
+	for i, p := range slices.Concat(probes[:4], probes[5:]) {
 		if p.MemcpyBytesPerSec != 8e9 {
 			t.Errorf("probe %d: copy at %.3g, want the machine's best 8e9", i, p.MemcpyBytesPerSec)
 		}
 	}
-	for i, p := range probes[1:4] {
+	// zstd: 1.2 1.3 1.5 1.8 (the upper median); gzip: 0.27 0.30 0.39.
+	for i, p := range slices.Concat(probes[1:4], probes[5:]) {
 		if z, g := p.DecompressBytesPerSec["zstd"], p.DecompressBytesPerSec["gzip"]; z != 1.5e9 || g != 0.30e9 {
 			t.Errorf("node %d decodes zstd at %.3g and gzip at %.3g, want the median 1.5e9 and 0.3e9", i+1, z, g)
 		}
+	}
+	for i, p := range probes[1:4] {
 		if p.RLEDecodeBytesPerSec != 13e9 {
 			t.Errorf("node %d fills RLE blocks at %.3g, want the median 13e9", i+1, p.RLEDecodeBytesPerSec)
 		}
 	}
+	if r := probes[5].RLEDecodeBytesPerSec; r != 0 {
+		t.Errorf("a node that timed no RLE blocks fills them at %.3g, want 0 (unknown)", r)
+	}
 	if p := probes[4]; p.DecompressBytesPerSec["zstd"] != 1.4e9 || p.MemcpyBytesPerSec != 9e9 {
 		t.Errorf("the other machine's node was changed: %+v", p)
 	}
-	if probes[0].DecompressBytesPerSec != nil {
-		t.Errorf("the source was given decoders: %v", probes[0].DecompressBytesPerSec)
+	if z, r := probes[0].DecompressBytesPerSec["zstd"], probes[0].RLEDecodeBytesPerSec; z != 0.5e9 || r != 30e9 {
+		t.Errorf("the source decodes zstd at %.3g and RLE blocks at %.3g, want its own 0.5e9 and 30e9", z, r)
 	}
 }
 

@@ -221,12 +221,13 @@ func (w *scanWatch) Decoded(off, raw, zero, packed int64) {
 // the stretches are merged into pieces.
 const tallySpan = 8 << 20
 
-// A raw image's samples, mostly zero runs, decode in 10-16 ms, and the
-// standard sample's eighth of that was one or two pieces: on an idle
-// machine the factor of one image read anywhere from 2.4 to 8.6 from one
-// profile to the next. So the samples are decoded over and over until
-// they have taken profileDecodeCPU (a decoder that has run a while, as a
-// node's has), and the standard sample is timed for up to half as long.
+// A raw image's samples, mostly zero runs, may decode in 10-16 ms, and an
+// eighth of that is one or two pieces of the standard sample, too few to
+// time: one image's factor read from 2.4 to 8.6. So the samples are decoded
+// over and over until they have taken profileDecodeCPU, and the standard
+// sample is timed for up to half as long (profileGaugeShare).
+// profileDecodePasses bounds the passes over samples that cost next to
+// nothing (an image nearly all zeros).
 const (
 	profileDecodeCPU    = 80 * time.Millisecond
 	profileDecodePasses = 32
@@ -240,7 +241,7 @@ const (
 // bytes, in order.
 func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor float64, cpu []time.Duration) {
 	if len(stream) == 0 || len(sizes) == 0 {
-		return 0, 0, nil
+		return 0, 0, nil // nothing to cycle through
 	}
 	OnOneThread(func(clock func() time.Duration) {
 		// The stream, repeated, is a valid stream (newCyclingDecoder).
@@ -260,13 +261,14 @@ func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor 
 
 // decodePasses reads the parts of sizes through g from dec, a stream
 // repeated without end, pass after pass until the image has taken
-// profileDecodeCPU (or profileDecodePasses are done), and returns the time
-// each part took in one pass, on average.
+// profileDecodeCPU (or profileDecodePasses are done; one pass without a
+// thread clock, whose times are all 0), and returns the time each part
+// took in one pass, on average.
 func decodePasses(g *decodeGauge, dec io.Reader, sizes []int) ([]time.Duration, bool) {
 	buf := make([]byte, 1<<20)
 	parts := make([]time.Duration, len(sizes))
 	passes := 0
-	for passes < profileDecodePasses && (passes == 0 || g.image.cpu < profileDecodeCPU) {
+	for passes < profileDecodePasses && (passes == 0 || g.image.cpu > 0 && g.image.cpu < profileDecodeCPU) {
 		for i, size := range sizes {
 			before := g.image.cpu
 			for size > 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"dolly/imaging"
 	"dolly/internal/testimage"
@@ -129,5 +130,39 @@ func TestProfileTellsTheRLEBlocks(t *testing.T) {
 				t.Errorf("RLE factor %.2f with an RLE share of %.2f", p.RLEFactor, tc.want)
 			}
 		})
+	}
+}
+
+// decodeRate decodes a raw image's samples over the cycling stream, part
+// by part in every pass: a part of data costs more than a part of zeros,
+// whose zero frames a node never decodes.
+func TestDecodeRateTimesEachPart(t *testing.T) {
+	ce, err := imaging.NewChunkEncoder(imaging.Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, zeros := make([]byte, 1<<20), make([]byte, 1<<20)
+	StandardSample(data, 3)
+	stream, err := ce.Encode(nil, data, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stream, err = ce.Encode(stream, zeros, int64(len(data)), true); err != nil {
+		t.Fatal(err)
+	}
+	rate, factor, cpu := decodeRate(imaging.Zstd, stream, []int{len(data), len(zeros)})
+	var clock bool
+	OnOneThread(func(c func() time.Duration) { clock = c() > 0 })
+	if !clock {
+		t.Skip("no thread clock here: nothing is timed")
+	}
+	if rate <= 0 || factor <= 0 || len(cpu) != 2 {
+		t.Fatalf("rate %.0f, factor %.2f, parts %v: want both measured and two parts", rate, factor, cpu)
+	}
+	if cpu[0] <= cpu[1] {
+		t.Errorf("the data took %v a pass and the zeros %v: want the data dearer", cpu[0], cpu[1])
+	}
+	if r, _, c := decodeRate(imaging.Zstd, nil, []int{1}); r != 0 || c != nil {
+		t.Errorf("an empty stream decodes at %.0f, parts %v: want nothing timed", r, c)
 	}
 }
