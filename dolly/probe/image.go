@@ -244,15 +244,14 @@ func decodeRate(enc imaging.Encoding, stream []byte, sizes []int) (rate, factor 
 		return 0, 0, nil // nothing to cycle through
 	}
 	OnOneThread(func(clock func() time.Duration) {
-		// The stream, repeated, is a valid stream (newCyclingDecoder).
-		d, err := imaging.NewStreamDecoder(enc, &cycle{b: stream})
+		d, err := newCyclingDecoder(enc, stream, false)
 		if err != nil {
 			return
 		}
 		defer d.Close()
 		gauge := newDecodeGauge(enc, false, false, profileGaugeShare, clock)
 		defer gauge.close()
-		if parts, ok := decodePasses(gauge, d, sizes); ok {
+		if parts, ok := decodePasses(gauge, d.dec, sizes); ok {
 			rate, factor, cpu = gauge.rate(), gauge.factor(), parts
 		}
 	})
