@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -132,13 +133,16 @@ func TestCrowdOnDisk(t *testing.T) {
 // among its writers takes as little in both.
 func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 	nodes := func(alone float64) []*nodeState {
-		return []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: alone}}, {name: "b"}}
+		// One writer alone: 0.25 ns of CPU a byte.
+		return []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: alone, DiskWriteCPUBytesPerSec: 4e9}}, {name: "b"}}
 	}
-	machines := map[string][]*nodeState{"fast": nodes(1.4e9), "stalled": nodes(1.4e9), "unmeasured": nodes(0)}
-	found := map[string]diskCrowd{"fast": {rate: 2.5e9}, "stalled": {rate: 1.0e9}, "unmeasured": {rate: 1.0e9}}
+	machines := map[string][]*nodeState{"fast": nodes(1.4e9), "stalled": nodes(1.4e9), "unmeasured": nodes(0),
+		"dearer": nodes(1.4e9), "slow moment": nodes(1.4e9)}
+	found := map[string]diskCrowd{"fast": {rate: 2.5e9}, "stalled": {rate: 1.0e9}, "unmeasured": {rate: 1.0e9},
+		"dearer": {rate: 2.5e9, cpu: 2.2 * 0.25e-9}, "slow moment": {rate: 2.5e9, cpu: 5.5 * 0.25e-9}}
 	doubted := doubtedDisks(found, machines, false)
-	if len(doubted) != 1 || doubted["stalled"] == nil {
-		t.Fatalf("doubted %v, want the stalled disk alone", slices.Collect(maps.Keys(doubted)))
+	if got := slices.Sorted(maps.Keys(doubted)); !slices.Equal(got, []string{"slow moment", "stalled"}) {
+		t.Fatalf("doubted %q, want the stalled disk and the one that cost the machine 5.5 times a lone writer's CPU", got)
 	}
 	// A disk that binds the plan rests it on one short window: all are
 	// measured again.
@@ -155,6 +159,10 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 			diskCrowd{rate: 1.6e9, cpu: 4e-10, other: 1.0e9}, "took 1600.0 MB/s in all, which the model shares out among them (the better of two windows: the other took 1000.0)"},
 		{"a disk that seeks", diskCrowd{rate: 0.3e9}, diskCrowd{rate: 0.25e9},
 			diskCrowd{rate: 0.3e9, other: 0.25e9}, "took 300.0 MB/s in all, which the model shares out among them (the better of two windows: the other took 250.0)"},
+		{"a slow moment in the first window's CPU", diskCrowd{rate: 2.5e9, cpu: 1.4e-9}, diskCrowd{rate: 2.4e9, cpu: 0.3e-9},
+			diskCrowd{rate: 2.5e9, cpu: 0.3e-9, other: 2.4e9}, "at 0.30 ns of the machine's CPU a byte, 1.2× what one writer measured alone"},
+		{"the better window's CPU, the other's unknown", diskCrowd{rate: 2.5e9, cpu: 0.3e-9}, diskCrowd{rate: 2.4e9},
+			diskCrowd{rate: 2.5e9, cpu: 0.3e-9, other: 2.4e9}, "at 0.30 ns of the machine's CPU a byte"},
 	}
 	for _, tt := range tests {
 		got := betterWindow(tt.first, tt.second)
@@ -296,5 +304,116 @@ func TestTopologyKeepsTheMeasuredCrowd(t *testing.T) {
 				t.Errorf("the file's machines changed: %+v, were %+v", topo.Network.Machines, before)
 			}
 		})
+	}
+}
+
+// A crowd that pushed its data path far cheaper than the lone probe allows
+// shows that probe disturbed, and its path figures give way to the
+// crowd's; a crowd within crowdCheaper of it leaves them be.
+func TestCrowdCorrectsADisturbedProbe(t *testing.T) {
+	// A demo's lone probe whose loopback stream ran at a twentieth of its
+	// usual rate: 8.5 ns a byte for the path, so 2 cores would push
+	// 235 MB/s.
+	lone := capacity.Probe{Cores: 2, RelayBytesPerSec: 260e6, NetStreamBytesPerSec: 437e6, MemcpyBytesPerSec: 25e9}
+	alone := probe.PathCost(lone)
+	tests := []struct {
+		name      string
+		rate      float64 // the crowd's, all nodes together
+		disturbed bool
+	}{
+		{"as fast as alone", 2 / alone, false},
+		{"cheaper, as a crowd's batches are", 1.7 * 2 / alone, false},
+		{"just within the bound", 2.49 * 2 / alone, false},
+		{"just past the bound", 2.51 * 2 / alone, true},
+		{"the disturbed demo's crowd", 1594e6, true},
+		{"slower than alone", 0.5 * 2 / alone, false},
+		{"nothing measured", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := crowd{nodes: 24, cores: 2, rate: tt.rate, alone: alone}
+			if got := c.disturbed(); got != tt.disturbed {
+				t.Fatalf("disturbed = %v, want %v", got, tt.disturbed)
+			}
+			got := c.correct(lone)
+			if !tt.disturbed {
+				if !reflect.DeepEqual(got, lone) {
+					t.Errorf("corrected %+v, want the probe as it was, %+v", got, lone)
+				}
+				return
+			}
+			if want := 2 / tt.rate; math.Abs(probe.PathCost(got)-want) > 1e-6*want {
+				t.Errorf("path cost %.4g s/B, want the crowd's %.4g", probe.PathCost(got), want)
+			}
+			if got.MemcpyBytesPerSec != lone.MemcpyBytesPerSec {
+				t.Errorf("memory copy %.4g, want %.4g: it was timed on one thread", got.MemcpyBytesPerSec, lone.MemcpyBytesPerSec)
+			}
+			// Both path figures scale alike: the crowd says what the path
+			// costs in all, not which part of it was disturbed.
+			if r, w := got.RelayBytesPerSec/got.NetStreamBytesPerSec, lone.RelayBytesPerSec/lone.NetStreamBytesPerSec; math.Abs(r-w) > 1e-9*w {
+				t.Errorf("relay over stream %.6g, want %.6g", r, w)
+			}
+			if got.RelayBytesPerSec <= lone.RelayBytesPerSec {
+				t.Errorf("relay %.4g, want more than the disturbed %.4g", got.RelayBytesPerSec, lone.RelayBytesPerSec)
+			}
+		})
+	}
+}
+
+// withPathCost leaves a probe whose path was not measured, or whose memory
+// copy alone costs more than the path should, as it is.
+func TestWithPathCostLeavesWhatItCannotScale(t *testing.T) {
+	p := capacity.Probe{RelayBytesPerSec: 1e9, NetStreamBytesPerSec: 4e9, MemcpyBytesPerSec: 10e9}
+	if got := withPathCost(p, 0.05e-9); !reflect.DeepEqual(got, p) { // below the copy's 0.1 ns
+		t.Errorf("scaled below the copy's cost: %+v", got)
+	}
+	noRelay := p
+	noRelay.RelayBytesPerSec = 0
+	if got := withPathCost(noRelay, 1e-9); !reflect.DeepEqual(got, noRelay) {
+		t.Errorf("scaled a probe without a relay figure: %+v", got)
+	}
+	if got := withPathCost(p, 2.1e-9); math.Abs(probe.PathCost(got)-2.1e-9) > 1e-18 {
+		t.Errorf("path cost %.4g, want 2.1e-9", probe.PathCost(got))
+	}
+}
+
+// A crowd whose slowdown is past crowdDoubt is measured again, and the
+// faster window stands; the preview says what both pushed.
+func TestDoubtedCrowdIsMeasuredAgain(t *testing.T) {
+	const alone = 1e-9 // 2 cores would push 2 GB/s
+	machines := map[string][]*nodeState{"steady": {{name: "a"}}, "slow moment": {{name: "b"}}, "twice": {{name: "c"}}}
+	crowds := map[string]crowd{
+		"steady":      {nodes: 24, cores: 2, rate: 1.9e9, alone: alone},
+		"twice":       {nodes: 24, cores: 2, rate: 1.0e9, alone: alone}, // a slowdown of 2: within the doubt
+		"slow moment": {nodes: 24, cores: 2, rate: 0.6e9, alone: alone},
+	}
+	if got := slices.Sorted(maps.Keys(doubtedCrowds(crowds, machines))); !slices.Equal(got, []string{"slow moment"}) {
+		t.Fatalf("doubted %q, want the crowd with a slowdown of 3.3 alone", got)
+	}
+	tests := []struct {
+		name          string
+		first, second float64
+		want, other   float64
+		note          string
+	}{
+		{"a slow moment in the first window", 0.6e9, 2.1e9, 2.1e9, 0.6e9,
+			"pushed their data path at once: 2100.0 MB/s in all (the faster of two windows: the other pushed 600.0); the model counts every CPU figure of that machine at 1.0×"},
+		{"a machine slow both times", 0.6e9, 0.5e9, 0.6e9, 0.5e9,
+			"pushed their data path at once: 600.0 MB/s in all (the faster of two windows: the other pushed 500.0); the model counts every CPU figure of that machine at 3.3×"},
+	}
+	for _, tt := range tests {
+		c := func(rate float64) crowd { return crowd{nodes: 24, cores: 2, rate: rate, alone: alone} }
+		got := fasterCrowd(c(tt.first), c(tt.second))
+		if got.rate != tt.want || got.other != tt.other {
+			t.Errorf("%s: rate %.4g, other %.4g; want %.4g, %.4g", tt.name, got.rate, got.other, tt.want, tt.other)
+		}
+		if note := got.note(); !strings.Contains(note, tt.note) {
+			t.Errorf("%s: note %q, want it to say %q", tt.name, note, tt.note)
+		}
+	}
+	// A lone probe the crowd shows disturbed is named so.
+	disturbed := crowd{nodes: 24, cores: 2, rate: 6e9, alone: alone}
+	if note := disturbed.note(); !strings.Contains(note, "3.0× what one node's probe allows; that probe was disturbed") {
+		t.Errorf("note %q, want it to name the lone probe disturbed", note)
 	}
 }

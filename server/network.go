@@ -195,6 +195,9 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			own = measured[n.machine]
 		}
 		p := probeFor(n.name, own)
+		if c, ok := figs.crowds[n.machine]; ok {
+			p = c.correct(p)
+		}
 		// What a byte written cost the machine with all its nodes writing
 		// (see measureDiskCrowds), where that is more than one writer's.
 		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c {

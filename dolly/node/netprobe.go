@@ -80,7 +80,9 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	var c crowdPath
 	var err error
 	mem, release := n.lendHistory(set.Disk)
-	defer release() // after c.Close: nothing of c touches mem by then
+	// done closes c, then hands mem back: nothing of c touches it by then.
+	done := release
+	defer func() { done() }()
 	switch {
 	case set.Disk && !n.welcome.MeasureTarget:
 		// The node's own guard: nothing is written to the target before
@@ -95,7 +97,7 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 		fail(err)
 		return
 	}
-	defer c.Close()
+	done = func() { c.Close(); release() }
 	n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &control.NetResult{ID: id}})
 	// A disk crowd's path stays set up for the server's next order under
 	// the same id, until the join ends (push is closed) or no order came
@@ -128,10 +130,16 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 		if w, ok := c.(interface{ WindowCPU() time.Duration }); ok {
 			res.CPU = w.WindowCPU().Seconds()
 		}
-		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 		if !set.Disk {
+			// Spent: closed and its memory handed back before the result,
+			// so that a crowd the server measures again at once (see
+			// doubtedCrowds) borrows the same memory.
+			done()
+			done = func() {}
+			n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 			return
 		}
+		n.ctl.send(control.Message{Type: control.MsgNetResult, NetResult: &res})
 	}
 }
 

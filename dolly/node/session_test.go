@@ -330,3 +330,27 @@ func TestNodeKeepsToItsShareOfTheCores(t *testing.T) {
 		})
 	}
 }
+
+// A relay crowd is pushed once; a server that doubts what it pushed sets
+// one up again under a new id, and the node pushes that one as well.
+func TestRelayCrowdMeasuredTwice(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "target")
+	if err := testimage.Fill(target, 0xAA, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	srv, c, ran := joinFake(t, Config{Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true, Buffered: true},
+		control.Welcome{Cast: stream.CastID{3}, Image: "image", ImageSize: 1 << 20, Fingerprint: "fp",
+			DataToken: stream.NewToken(), ProbeToken: stream.NewToken()})
+	for _, id := range []uint64{9, 10} {
+		srv.send(c, control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &control.CrowdProbe{ID: id}})
+		if got := srv.recv(c, control.MsgNetResult).NetResult; got.ID != id || got.Error != "" {
+			t.Fatalf("crowd %d set up: %+v", id, got)
+		}
+		srv.send(c, control.Message{Type: control.MsgCrowdProbe, CrowdProbe: &control.CrowdProbe{ID: id, Go: true, SettleMillis: 10, WindowMillis: 50}})
+		if got := srv.recv(c, control.MsgNetResult).NetResult; got.ID != id || got.Error != "" || got.Bytes <= 0 || got.Rate <= 0 {
+			t.Fatalf("crowd %d pushed: %+v, want bytes through the relay", id, got)
+		}
+	}
+	srv.send(c, control.Message{Type: control.MsgAbort, Reason: "test over"})
+	<-ran
+}
