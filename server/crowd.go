@@ -48,7 +48,8 @@ type crowd struct {
 // slowdown is how many times its lone cost the data path costs in the
 // crowd: all cores for the wall time, over the bytes, against the lone
 // node's CPU time per byte. Never less than 1: the crowd's sum is the
-// noisier figure, and a crowd is no faster than its members alone.
+// noisier figure, and a crowd a little cheaper than alone is its batches
+// (see crowdCheaper).
 func (c crowd) slowdown() float64 {
 	if c.rate <= 0 || c.alone <= 0 {
 		return 1
@@ -57,15 +58,11 @@ func (c crowd) slowdown() float64 {
 }
 
 // crowdCheaper bounds how much less a byte of the data path may cost in a
-// crowd than alone. In a crowd each relay wakes for more bytes at a time,
-// so a byte costs a little less there: the lone cost came to 0.6-1.7
-// times the crowd's over 25 demos (24 nodes on 2 cores). A lone probe
-// more than this many times dearer than its crowd was disturbed: its
-// process was charged for work not its own, or timed at a moment the
-// machine ran slow. In two more demos the lone path cost 3.2 and 6.7
-// times the crowd's (its loopback stream 18 times its usual in one); every
-// raw plan then came out below a zstd one, which ran at 48-78 MB/s where
-// the raw chain runs at 97-150.
+// crowd than alone. A crowd's relays wake for more bytes at a time, so its
+// bytes cost a little less: the lone cost came to 0.6-1.7 times the
+// crowd's over 25 demos. A lone probe dearer than this was disturbed (3.2
+// and 6.7 times in two more demos, whose previews then put zstd above the
+// raw chain, and the zstd chain ran at half its rate).
 const crowdCheaper = 2.5
 
 // disturbed says whether the crowd shows the lone probe's data path
@@ -82,13 +79,26 @@ func (c crowd) crowdCost() float64 {
 }
 
 // correct returns p, a probe of one of the crowd's nodes, with the
-// crowd's cost for its data path where the crowd shows the lone figures
-// disturbed; else p as it is.
+// crowd's cost for its data path where the crowd shows its path figures
+// disturbed (see crowdCheaper); else p as it is.
 func (c crowd) correct(p capacity.Probe) capacity.Probe {
-	if !c.disturbed() {
+	if c.rate <= 0 || probe.PathCost(p) <= crowdCheaper*c.crowdCost() {
 		return p
 	}
 	return withPathCost(p, c.crowdCost())
+}
+
+// correctDisturbed corrects the nodes' probes (probes[1:]; probes[i] runs
+// on machineOf[i]) whose path figures their machine's crowd shows
+// disturbed. It runs on the figures the model takes, after any merging of
+// a machine's probes: the source's stream figure may have replaced a
+// disturbed one by then.
+func correctDisturbed(probes []capacity.Probe, machineOf []string, crowds map[string]crowd) {
+	for i := 1; i < len(probes); i++ {
+		if c, ok := crowds[machineOf[i]]; ok {
+			probes[i] = c.correct(probes[i])
+		}
+	}
 }
 
 // withPathCost returns p with its data path figures (the relay's and a
@@ -221,11 +231,14 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 		// A relay's path is pushed once: set up anew. Where the second
 		// time fails, the first window stands.
 		againIDs := map[*nodeState]uint64{}
-		var ignored []string
-		going := s.crowdRound(ctx, crowdAsk{doubted, prepare(againIDs, false)})[0].going(doubted, "", &ignored)
-		again := pathCrowds(s.crowdRound(ctx, crowdAsk{going, push(againIDs)})[0], going, alone, &ignored)
+		var failed []string
+		going := s.crowdRound(ctx, crowdAsk{doubted, prepare(againIDs, false)})[0].going(doubted, "", &failed)
+		again := pathCrowds(s.crowdRound(ctx, crowdAsk{going, push(againIDs)})[0], going, alone, &failed)
 		for m, c := range again {
 			crowds[m] = fasterCrowd(crowds[m], c)
+		}
+		for _, why := range failed {
+			notes = append(notes, "measured again, the crowd failed ("+why+"): its first window stands")
 		}
 	}
 	for _, c := range crowds {
@@ -272,12 +285,11 @@ func pathCrowds(pushed crowdAnswers, machines map[string][]*nodeState, alone map
 	return crowds
 }
 
-// crowdDoubt is the slowdown past which a crowd is measured again. Its
-// window is a fifth of a second, and one that caught the machine running
-// slow charges every CPU figure of it: over about 50 crowds in the lab
-// and the demo the slowdown came to 1.0-1.1, once to 1.7 (a demo whose
-// cast then ran as slow as that said) and once to 3.0, which put the
-// demo's raw chain at 34.1 MB/s; it ran at 136.4.
+// crowdDoubt is the slowdown past which a crowd is measured again: a
+// window of a fifth of a second may catch the machine running slow. Over
+// about 50 crowds in the lab and the demo the slowdown came to 1.0-1.1,
+// once 1.7 (a cast that then ran that slow), and once 3.0, in a demo whose
+// cast ran at 4 times the preview's rate.
 const crowdDoubt = 2
 
 // doubtedCrowds returns the machines whose crowd is measured again: those
@@ -337,11 +349,10 @@ func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, 
 }
 
 // diskCPUDoubt is how many times one writer's CPU a byte a disk's crowd
-// may cost the machine before it is measured again. The crowd times the
-// whole machine's busy time over its window, and a moment the machine
-// runs slow is in it: over 21 crowds in the demo and the lab the crowd
-// cost at most 2.2 times the lone writer, and one more 5.5 times, which
-// put the demo's raw chain at 67.5 MB/s; it ran at 137.4.
+// may cost the machine before it is measured again: the crowd times the
+// whole machine's busy time over its window, a moment the machine runs
+// slow included. Over 21 crowds in the lab and the demo it cost at most 2.2
+// times, and once 5.5, in a demo whose cast ran at twice the preview's rate.
 const diskCPUDoubt = 3
 
 // betterWindow is what the model takes of a disk measured twice: the

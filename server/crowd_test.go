@@ -417,3 +417,73 @@ func TestDoubtedCrowdIsMeasuredAgain(t *testing.T) {
 		t.Errorf("note %q, want it to name the lone probe disturbed", note)
 	}
 }
+
+// The model takes the crowd's cost for the data path of a machine whose
+// lone probe the crowd shows disturbed, on the figures it plans with: the
+// nodes' probes merged with the source's on the same machine first, whose
+// stream figure replaces a disturbed one.
+func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	conn := func() *control.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); c.Close() })
+		return control.NewConn(a)
+	}
+	// A demo's lone probe whose loopback stream ran at a twentieth of its
+	// usual rate, beside the source's good stream figure.
+	lone := &capacity.Probe{Cores: 2, RelayBytesPerSec: 260e6, NetStreamBytesPerSec: 437e6, MemcpyBytesPerSec: 25e9}
+	src := capacity.Probe{Cores: 2, NetStreamBytesPerSec: 7.9e9, MemcpyBytesPerSec: 25e9}
+	for _, tt := range []struct {
+		name string
+		rate float64 // what the crowd pushed; 0: not measured
+		want float64 // the nodes' path cost in the model, s/B
+	}{
+		// Merged with the source's stream, the path costs 4.14 ns, 3.3
+		// times the crowd's 1.25.
+		{"disturbed", 1594e6, 2 / 1594e6},
+		{"crowd within its batches' gain", 1594e6 / 3.3 * 1.5, 1/260e6 + 2/7.9e9 + 1/25e9},
+		{"no crowd", 0, 1/260e6 + 2/7.9e9 + 1/25e9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Server{cfg: Config{Yes: true}, probe: probe.Report{Probe: src}}
+			ready := []*nodeState{{name: "pc01", conn: conn(), probe: lone}, {name: "pc02", conn: conn()}}
+			m := s.sourceMachine(ready)
+			for _, n := range ready {
+				n.machine = m
+			}
+			var figs netFigures
+			if tt.rate > 0 {
+				figs.crowds = map[string]crowd{m: {nodes: 2, cores: 2, rate: tt.rate, alone: probe.PathCost(*lone)}}
+			}
+			net, _ := s.network(ready, figs)
+			nodes := 0
+			for _, h := range net.Hosts {
+				if h.Role == capacity.RoleSource {
+					continue
+				}
+				nodes++
+				cpu := h.Resources.CPU
+				if got := 1/cpu.Relay + 2/cpu.Net + 1/cpu.Copy; math.Abs(got-tt.want) > 1e-6*tt.want {
+					t.Errorf("%s: path %.4g s/B, want %.4g", h.Name, got, tt.want)
+				}
+			}
+			if nodes != 2 {
+				t.Fatalf("%d nodes in the network, want 2", nodes)
+			}
+			if src := net.Hosts[0].Resources.CPU; src.Relay != 0 || src.Net != 7.9e9 {
+				t.Errorf("the source's figures changed: relay %.4g, stream %.4g", src.Relay, src.Net)
+			}
+		})
+	}
+}

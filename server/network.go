@@ -195,9 +195,6 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			own = measured[n.machine]
 		}
 		p := probeFor(n.name, own)
-		if c, ok := figs.crowds[n.machine]; ok {
-			p = c.correct(p)
-		}
 		// What a byte written cost the machine with all its nodes writing
 		// (see measureDiskCrowds), where that is more than one writer's.
 		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c {
@@ -251,6 +248,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
 	if t := s.cfg.Topology; t != nil {
+		correctDisturbed(probes, machineOf, figs.crowds)
 		net, err := fromTopology(t, probes)
 		if err == nil {
 			// The file tells the lab's shape; what its machines' hosts
@@ -261,6 +259,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
 	}
 	mergeMachineProbes(probes, machineOf)
+	correctDisturbed(probes, machineOf, figs.crowds)
 	net := capacity.SingleSwitch(probes[0], probes[1:])
 	net.LinkEfficiency = capacity.TCPEthernetEfficiency
 	shareMachines(net.Hosts, machineOf)

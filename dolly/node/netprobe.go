@@ -80,7 +80,8 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	var c crowdPath
 	var err error
 	mem, release := n.lendHistory(set.Disk)
-	// done closes c, then hands mem back: nothing of c touches it by then.
+	// done releases what the probe holds: c once it is set up, then mem,
+	// which nothing of c touches by then.
 	done := release
 	defer func() { done() }()
 	switch {

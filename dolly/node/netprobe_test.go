@@ -1,8 +1,13 @@
 package node
 
 import (
+	"context"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
+	"dolly/dolly/control"
 	"dolly/dolly/probe"
 	"dolly/dolly/relay"
 )
@@ -68,4 +73,36 @@ func TestLendHistory(t *testing.T) {
 			release()
 		}
 	}
+}
+
+// A spent relay crowd hands its memory back before it answers: a server
+// that doubts the crowd sets one up again at once, and that one borrows
+// the same memory rather than fresh pages.
+func TestSpentRelayCrowdReturnsItsMemoryFirst(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	n := &node{history: relay.NewHistory(), log: slog.New(slog.DiscardHandler)}
+	n.ctl = newSession(n, control.NewConn(a))
+	srv := control.NewConn(b)
+	push := make(chan control.CrowdProbe, 1)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		n.crowdProbe(context.Background(), control.CrowdProbe{ID: 1}, push)
+	}()
+	if m, err := srv.Recv(5 * time.Second); err != nil || m.NetResult == nil || m.NetResult.Error != "" {
+		t.Fatalf("set up: %+v, %v", m.NetResult, err)
+	}
+	push <- control.CrowdProbe{ID: 1, Go: true, SettleMillis: 10, WindowMillis: 50}
+	m, err := srv.Recv(5 * time.Second)
+	if err != nil || m.NetResult == nil || m.NetResult.Bytes <= 0 {
+		t.Fatalf("pushed: %+v, %v", m.NetResult, err)
+	}
+	mem, release := n.lendHistory(false)
+	if mem == nil {
+		t.Fatal("the relay crowd's memory was still on loan when it answered")
+	}
+	release()
+	<-ended
 }
