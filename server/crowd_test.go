@@ -179,25 +179,7 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 // cores, the source's machine counting the source, are told to keep to
 // one core; no other node is told anything.
 func TestShareCores(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	// conn returns the server's end of a control connection, and the
-	// node's.
-	conn := func() (*control.Conn, *control.Conn) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close(); c.Close() })
-		return control.NewConn(a), control.NewConn(c)
-	}
+	conn := controlPairs(t)
 	probed := func(cores int) *capacity.Probe {
 		return &capacity.Probe{Cores: cores, RelayBytesPerSec: 2e9, NetStreamBytesPerSec: 3e9, MemcpyBytesPerSec: 8e9}
 	}
@@ -423,22 +405,10 @@ func TestDoubtedCrowdIsMeasuredAgain(t *testing.T) {
 // nodes' probes merged with the source's on the same machine first, whose
 // stream figure replaces a disturbed one.
 func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	pair := controlPairs(t)
 	conn := func() *control.Conn {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close(); c.Close() })
-		return control.NewConn(a)
+		srv, _ := pair()
+		return srv
 	}
 	// A demo's lone probe whose loopback stream ran at a twentieth of its
 	// usual rate, beside the source's good stream figure.
@@ -485,5 +455,28 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 				t.Errorf("the source's figures changed: relay %.4g, stream %.4g", src.Relay, src.Net)
 			}
 		})
+	}
+}
+
+// controlPairs returns a function that connects a control connection over
+// loopback and returns the server's end and the node's; all are closed
+// when the test ends.
+func controlPairs(t *testing.T) func() (*control.Conn, *control.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return func() (*control.Conn, *control.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(); c.Close() })
+		return control.NewConn(a), control.NewConn(c)
 	}
 }
