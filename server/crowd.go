@@ -351,8 +351,9 @@ func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, 
 // diskCPUDoubt is how many times one writer's CPU a byte a disk's crowd
 // may cost the machine before it is measured again: the crowd times the
 // whole machine's busy time over its window, a moment the machine runs
-// slow included. Over 21 crowds in the lab and the demo it cost at most 2.2
-// times, and once 5.5, in a demo whose cast ran at twice the preview's rate.
+// slow included. Over about 25 crowds in the lab and the demo it cost at
+// most 2.7 times, and once 5.5, in a demo whose cast ran at twice the
+// preview's rate.
 const diskCPUDoubt = 3
 
 // betterWindow is what the model takes of a disk measured twice: the
