@@ -395,8 +395,7 @@ func discardOne(ln net.Listener) <-chan error {
 	return done
 }
 
-// sendFor writes buf to c repeatedly for budget, and at least 64 MiB,
-// then half-closes it.
+// sendFor writes buf to c as send does, then half-closes it.
 func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
 	sent, err := send(c, buf, budget)
 	if err != nil {
@@ -405,11 +404,14 @@ func sendFor(c *net.TCPConn, buf []byte, budget time.Duration) (int64, error) {
 	return sent, c.CloseWrite()
 }
 
-// send writes buf to c repeatedly for budget, and at least 64 MiB.
+// send writes buf to c repeatedly for budget, and on to 64 MiB while it
+// has taken less than twice that: a path too slow to move 64 MiB in that
+// time (a small machine, or a probe disturbed by something else) has
+// enough bytes for its figure by then, and the join waits for every one.
 func send(c io.Writer, buf []byte, budget time.Duration) (int64, error) {
 	var sent int64
 	start := time.Now()
-	for time.Since(start) < budget || sent < 64<<20 {
+	for t := time.Duration(0); t < budget || sent < 64<<20 && t < 2*budget; t = time.Since(start) {
 		n, err := c.Write(buf)
 		sent += int64(n)
 		if err != nil {
