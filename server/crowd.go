@@ -79,20 +79,22 @@ func (c crowd) crowdCost() float64 {
 }
 
 // correct returns p, a probe of one of the crowd's nodes, with the
-// crowd's cost for its data path where the crowd shows its path figures
-// disturbed (see crowdCheaper); else p as it is.
+// crowd's cost for its data path where the crowd shows the machine's lone
+// probe disturbed (see crowdCheaper), as the preview's note says; else p
+// as it is.
 func (c crowd) correct(p capacity.Probe) capacity.Probe {
-	if c.rate <= 0 || probe.PathCost(p) <= crowdCheaper*c.crowdCost() {
+	if !c.disturbed() {
 		return p
 	}
 	return withPathCost(p, c.crowdCost())
 }
 
 // correctDisturbed corrects the nodes' probes (probes[1:]; probes[i] runs
-// on machineOf[i]) whose path figures their machine's crowd shows
+// on machineOf[i]) on machines whose crowd shows the lone probe
 // disturbed. It runs on the figures the model takes, after any merging of
-// a machine's probes: the source's stream figure may have replaced a
-// disturbed one by then.
+// a machine's probes, which may have put the source's stream figure
+// beside a disturbed relay's: the path then costs the crowd's all the
+// same.
 func correctDisturbed(probes []capacity.Probe, machineOf []string, crowds map[string]crowd) {
 	for i := 1; i < len(probes); i++ {
 		if c, ok := crowds[machineOf[i]]; ok {

@@ -422,7 +422,8 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 		// Merged with the source's stream, the path costs 4.14 ns, 3.3
 		// times the crowd's 1.25.
 		{"disturbed", 1594e6, 2 / 1594e6},
-		{"crowd within its batches' gain", 1594e6 / 3.3 * 1.5, 1/260e6 + 2/7.9e9 + 1/25e9},
+		// The lone path twice the crowd's: within its batches' gain.
+		{"crowd within its batches' gain", 2 / probe.PathCost(*lone) * 2, 1/260e6 + 2/7.9e9 + 1/25e9},
 		{"no crowd", 0, 1/260e6 + 2/7.9e9 + 1/25e9},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
