@@ -130,6 +130,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	srcDone := make(chan error, 1)
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 
+	s.shareForCast(p.send)
 	kids := p.tree.ChildLists()
 	assign := func(n *nodeState, a control.Assign) {
 		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {

@@ -237,6 +237,60 @@ func TestShareCores(t *testing.T) {
 	}
 }
 
+// A cast whose stream is compressed gives the nodes of a crowded machine
+// two threads (at most their cores) before their places; a raw one leaves
+// them on one, and nodes that were never kept to one hear nothing.
+func TestShareForCast(t *testing.T) {
+	conn := controlPairs(t)
+	for _, tt := range []struct {
+		name  string
+		send  imaging.Encoding
+		cores int
+		nodes int
+		want  int // the procs each node was told last; 0: nothing
+	}{
+		{"zstd, three nodes on two cores", imaging.Zstd, 2, 3, 2},
+		{"gzip, three nodes on two cores", imaging.Gzip, 2, 3, 2},
+		{"raw, three nodes on two cores", imaging.Raw, 2, 3, 1},
+		{"zstd, two nodes on one core", imaging.Zstd, 1, 2, 1},
+		{"zstd, three nodes on eight cores", imaging.Zstd, 8, 3, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Server{}
+			var ready []*nodeState
+			var nodeEnds []*control.Conn
+			for i := range tt.nodes {
+				srv, node := conn()
+				n := &nodeState{conn: srv, machine: "m1"}
+				if i == 0 {
+					n.probe = &capacity.Probe{Cores: tt.cores, RelayBytesPerSec: 2e9, NetStreamBytesPerSec: 3e9, MemcpyBytesPerSec: 8e9}
+				}
+				ready = append(ready, n)
+				nodeEnds = append(nodeEnds, node)
+			}
+			s.shareCores(ready)
+			s.shareForCast(tt.send)
+			for i, n := range ready {
+				n.conn.Send(control.Message{Type: control.MsgPing})
+				got := 0
+				for {
+					m, err := nodeEnds[i].Recv(5 * time.Second)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m.Type != control.MsgShare {
+						break
+					}
+					got = m.Share.Procs
+				}
+				if got != tt.want {
+					t.Errorf("node %d: last told %d procs, want %d", i, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
 // With a topology file, the crowd its machine's nodes measured is the
 // model's all the same, unless the file gives that machine's contention;
 // the file's own figures are left as they were.

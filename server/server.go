@@ -222,8 +222,11 @@ type Server struct {
 	// netResults collects bandwidth probe reports while the network is
 	// measured; nil otherwise.
 	netResults *netWaiter
-	strangers  strangers    // connections not yet admitted, per address
-	netFigs    netFigures   // what the bandwidth probes measured before the plan
+	strangers  strangers  // connections not yet admitted, per address
+	netFigs    netFigures // what the bandwidth probes measured before the plan
+	// sharing holds the nodes shareCores kept to one thread, with their
+	// machine's cores, for the cast's own share (shareForCast).
+	sharing    map[*nodeState]int
 	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast
 }

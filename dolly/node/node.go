@@ -67,7 +67,8 @@ type Config struct {
 	ServerKey ed25519.PublicKey
 	// SetProcs, if set, is how the node keeps to its part of a machine
 	// it shares with more nodes than it has cores (control.Share): the
-	// command lowers GOMAXPROCS, a setting of the whole process.
+	// command sets GOMAXPROCS, a setting of the whole process, to at most
+	// the machine's cores.
 	SetProcs func(procs int)
 	Logger   *slog.Logger
 }

@@ -122,6 +122,8 @@ func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
+	// A server's share of a crowded machine is never more than its cores.
+	cores := runtime.GOMAXPROCS(0)
 	res, err := node.Run(ctx, node.Config{
 		ServerKey:        pub,
 		Server:           addr,
@@ -137,12 +139,8 @@ func runNode(args []string) int {
 		NoProbe:          *noProbe,
 		Key:              key,
 		Force:            *force,
-		SetProcs: func(procs int) {
-			if procs < runtime.GOMAXPROCS(0) {
-				runtime.GOMAXPROCS(procs)
-			}
-		},
-		Logger: cli.Logger(os.Stderr, true, *verbose),
+		SetProcs:         func(procs int) { runtime.GOMAXPROCS(min(procs, cores)) },
+		Logger:           cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
