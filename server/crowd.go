@@ -164,7 +164,8 @@ func (s *Server) crowdedMachines(ready []*nodeState) (map[string][]*nodeState, m
 // shareCores tells the nodes of every crowded machine (crowdedMachines:
 // more of the cast's hosts than cores) to run their Go code on one thread
 // at a time (see control.Share), before the network and crowd probes, so
-// that those measure the nodes as they will cast. A node's own probe ran
+// that those measure the nodes as a raw cast runs them (a compressed one
+// gives them a second thread: shareForCast). A node's own probe ran
 // before, on all cores, but it times its work on one thread. A node that
 // has left makes Send fail, which its own connection's reader reports.
 func (s *Server) shareCores(ready []*nodeState) {

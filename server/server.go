@@ -225,7 +225,8 @@ type Server struct {
 	strangers  strangers  // connections not yet admitted, per address
 	netFigs    netFigures // what the bandwidth probes measured before the plan
 	// sharing holds the nodes shareCores kept to one thread, with their
-	// machine's cores, for the cast's own share (shareForCast).
+	// machine's cores, for the cast's own share (shareForCast); only the
+	// run goroutine touches it.
 	sharing    map[*nodeState]int
 	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast

@@ -323,16 +323,16 @@ type CrowdProbe struct {
 	WindowMillis int    `json:"window_ms,omitempty"`
 }
 
-// Share tells a node, once all have joined and before the network and
-// crowd probes, that its machine holds more of the cast's hosts than it
-// has cores (the demo, an emulated lab, a VM host): the node runs its Go
+// Share tells a node that its machine holds more of the cast's hosts than
+// it has cores (the demo, an emulated lab, a VM host): the node runs its Go
 // code on at most Procs threads at once (GOMAXPROCS; none fewer than one,
-// none more than its cores), which is 1. A program that may run on every
-// core wakes idle threads to look for work at each hand-off, and on a
-// machine with no idle core that search is paid for by the others. Before
-// the places of a cast whose stream is compressed, the server sends it
-// again with 2: the node's relay then waits for its bytes on a thread of
-// its own, not behind its decoding.
+// none more than its cores). It is sent once all have joined, before the
+// network and crowd probes, with 1: a program that may run on every core
+// wakes idle threads to look for work at each hand-off, and on a machine
+// with no idle core that search is paid for by the others. It is sent
+// again before the places of a cast whose stream is compressed, with 2:
+// the node's relay then waits for its bytes on a thread of its own, not
+// behind its decoding.
 type Share struct {
 	Procs int `json:"procs"`
 }

@@ -92,8 +92,8 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 			go n.sendProbe(ctx, *m.NetProbe)
 		case m.Type == control.MsgShare:
 			if n.cfg.SetProcs != nil && m.Share.Procs >= 1 {
-				n.log.Info("sharing the machine's cores with other nodes", "procs", m.Share.Procs)
-				n.cfg.SetProcs(m.Share.Procs)
+				procs := n.cfg.SetProcs(m.Share.Procs)
+				n.log.Info("sharing the machine's cores with other nodes", "procs", procs)
 			}
 		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
 			if _, dup := crowds[m.CrowdProbe.ID]; dup {

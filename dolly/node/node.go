@@ -68,8 +68,8 @@ type Config struct {
 	// SetProcs, if set, is how the node keeps to its part of a machine
 	// it shares with more nodes than it has cores (control.Share): the
 	// command sets GOMAXPROCS, a setting of the whole process, to at most
-	// the machine's cores.
-	SetProcs func(procs int)
+	// the machine's cores. It returns the threads it set.
+	SetProcs func(procs int) int
 	Logger   *slog.Logger
 }
 

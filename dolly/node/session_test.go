@@ -316,7 +316,7 @@ func TestNodeKeepsToItsShareOfTheCores(t *testing.T) {
 			}
 			var got []int // written by the node's join, read once Run returned
 			srv, c, ran := joinFake(t, Config{Name: "pc01", Target: target, DataListen: "127.0.0.1:0", NoProbe: true, Buffered: true,
-				SetProcs: func(procs int) { got = append(got, procs) }},
+				SetProcs: func(procs int) int { got = append(got, procs); return procs }},
 				control.Welcome{Cast: stream.CastID{1}, Image: "image", ImageSize: 1 << 20, Fingerprint: "fp",
 					DataToken: stream.NewToken(), ProbeToken: stream.NewToken()})
 			srv.send(c, control.Message{Type: control.MsgShare, Share: &control.Share{Procs: tt.procs}})

@@ -122,7 +122,8 @@ func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	// A server's share of a crowded machine is never more than its cores.
+	// What the process started with, read before a share lowers it: a
+	// later share may raise it again, never past this.
 	cores := runtime.GOMAXPROCS(0)
 	res, err := node.Run(ctx, node.Config{
 		ServerKey:        pub,
@@ -139,8 +140,11 @@ func runNode(args []string) int {
 		NoProbe:          *noProbe,
 		Key:              key,
 		Force:            *force,
-		SetProcs:         func(procs int) { runtime.GOMAXPROCS(min(procs, cores)) },
-		Logger:           cli.Logger(os.Stderr, true, *verbose),
+		SetProcs: func(procs int) int {
+			runtime.GOMAXPROCS(min(procs, cores))
+			return runtime.GOMAXPROCS(0)
+		},
+		Logger: cli.Logger(os.Stderr, true, *verbose),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dolly: %v\n", err)
