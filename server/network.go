@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -141,24 +139,6 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 	return net, opt, notes
 }
 
-// SetSourceEncode sets the rate at which the source compresses this image
-// per core: timed on the image itself, it stands for the probe's figure on
-// the standard sample, which may compress far faster or slower.
-func SetSourceEncode(net *capacity.Network, codec string, rate float64) {
-	for i := range net.Hosts {
-		h := &net.Hosts[i]
-		if h.Role != capacity.RoleSource {
-			continue
-		}
-		rates := maps.Clone(h.Resources.CPU.Compress)
-		if rates == nil {
-			rates = map[string]float64{}
-		}
-		rates[codec] = rate
-		h.Resources.CPU.Compress = rates
-	}
-}
-
 // network describes the cast's hosts for the model: the topology file's
 // network (its hosts that joined, filled in from their probes) or one switch.
 func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network, []string) {
@@ -269,95 +249,6 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	return net, notes
 }
 
-// topologyMachines returns the machine each host of net, a topology
-// file's, runs on as the nodes told it (their own machine's key), by
-// name; the source's is source.
-func topologyMachines(net capacity.Network, ready []*nodeState, source string) []string {
-	of := map[string]string{}
-	for _, n := range ready {
-		of[n.name] = n.machine
-	}
-	machineOf := make([]string, len(net.Hosts))
-	for i, h := range net.Hosts {
-		machineOf[i] = of[h.Name]
-		if h.Role == capacity.RoleSource {
-			machineOf[i] = source
-		}
-	}
-	return machineOf
-}
-
-// markCrowds gives the machines whose nodes measured their data path all at
-// once (hosts[i] runs on machineOf[i]) the contention they found. A
-// machine a topology file gives a contention above 0 keeps it: the
-// admin's word.
-func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]crowd) {
-	net.Machines = maps.Clone(net.Machines) // a topology file's is the server's to keep
-	hosts := map[string]int{}
-	for _, h := range net.Hosts {
-		if h.Machine != "" {
-			hosts[h.Machine]++
-		}
-	}
-	for i, h := range net.Hosts {
-		c, ok := crowds[machineOf[i]]
-		if !ok || h.Machine == "" {
-			continue
-		}
-		if net.Machines == nil {
-			net.Machines = map[string]capacity.Machine{}
-		}
-		mc := net.Machines[h.Machine]
-		if mc.Contention > 0 && !mc.Crowded {
-			continue
-		}
-		mc.Contention = c.contention(hosts[h.Machine])
-		mc.Crowded = true
-		net.Machines[h.Machine] = mc
-	}
-}
-
-// markDiskCrowds gives the machines whose nodes wrote their shared disk
-// all at once (hosts[i] runs on machineOf[i]) the rate it took.
-func markDiskCrowds(net *capacity.Network, machineOf []string, disks map[string]diskCrowd) {
-	for i, h := range net.Hosts {
-		d, ok := disks[machineOf[i]]
-		if !ok || h.Machine == "" || !net.Machines[h.Machine].SharedDisk {
-			continue
-		}
-		mc := net.Machines[h.Machine]
-		mc.DiskBytesPerSec = d.rate
-		net.Machines[h.Machine] = mc
-	}
-}
-
-// shareFileDisks marks the machines whose nodes all write files or loop
-// devices: those land on one file system, whose disk their writes share.
-func shareFileDisks(net *capacity.Network, ready []*nodeState) {
-	files := map[string]bool{}
-	for i, n := range ready {
-		m := net.Hosts[i+1].Machine
-		if m == "" {
-			continue
-		}
-		if _, seen := files[m]; !seen {
-			files[m] = true
-		}
-		files[m] = files[m] && n.writesFile()
-	}
-	for m, shared := range files {
-		if !shared {
-			continue
-		}
-		if net.Machines == nil {
-			net.Machines = map[string]capacity.Machine{}
-		}
-		mc := net.Machines[m]
-		mc.SharedDisk = true
-		net.Machines[m] = mc
-	}
-}
-
 // startup is the cast's start-up as the probes measured it: the longest
 // the source took to connect to a node in the bandwidth probes, all at
 // once (a cast's hops connect to their upstreams at once too), and the
@@ -393,134 +284,6 @@ func formatMillis(d time.Duration) string {
 	return fmt.Sprintf("%.0f ms", ms)
 }
 
-// writesFile says whether the node's target is a file, or a loop device
-// over one: a file system's, whose disk other nodes' files may share.
-func (n *nodeState) writesFile() bool {
-	return !n.block || strings.HasPrefix(filepath.Base(n.target), "loop")
-}
-
-// mergeMachineProbes gives every probe of one machine the best CPU and
-// memory figures any of them measured: the source's probe and a node's on
-// one machine may run at the same time and slow each other down, but the
-// hardware is the same. probes[0] is the source's. The decoders' figures
-// are the nodes' own: the source's program decodes at speeds of its own
-// (see ImageDecode), and decodes only what it converts. Of those, the
-// nodes' median counts, not their best: each is timed on its thread's own
-// clock, which other programs do not slow, but a machine's speed varies
-// from moment to moment (a virtual machine's most), and a cast that
-// decodes for seconds runs at its usual speed, not at the best moment's.
-func mergeMachineProbes(probes []capacity.Probe, machineOf []string) {
-	type decoders struct {
-		codecs map[string][]float64
-		rle    []float64
-	}
-	best := map[string]capacity.Probe{}
-	dec := map[string]*decoders{}
-	for i, p := range probes {
-		m := machineOf[i]
-		if m == "" {
-			continue
-		}
-		b := best[m]
-		b.MemcpyBytesPerSec = max(b.MemcpyBytesPerSec, p.MemcpyBytesPerSec)
-		b.DigestBytesPerSec = max(b.DigestBytesPerSec, p.DigestBytesPerSec)
-		b.NetStreamBytesPerSec = max(b.NetStreamBytesPerSec, p.NetStreamBytesPerSec)
-		b.CompressBytesPerSec = maxRates(b.CompressBytesPerSec, p.CompressBytesPerSec)
-		best[m] = b
-		if i == 0 {
-			continue
-		}
-		d := dec[m]
-		if d == nil {
-			d = &decoders{codecs: map[string][]float64{}}
-			dec[m] = d
-		}
-		for codec, r := range p.DecompressBytesPerSec {
-			if r > 0 {
-				d.codecs[codec] = append(d.codecs[codec], r)
-			}
-		}
-		if p.RLEDecodeBytesPerSec > 0 {
-			d.rle = append(d.rle, p.RLEDecodeBytesPerSec)
-		}
-	}
-	for i := range probes {
-		b, ok := best[machineOf[i]]
-		if !ok {
-			continue
-		}
-		p := &probes[i]
-		if p.MemcpyBytesPerSec > 0 {
-			p.MemcpyBytesPerSec = b.MemcpyBytesPerSec
-		}
-		if p.DigestBytesPerSec > 0 {
-			p.DigestBytesPerSec = b.DigestBytesPerSec
-		}
-		if p.NetStreamBytesPerSec > 0 {
-			p.NetStreamBytesPerSec = b.NetStreamBytesPerSec
-		}
-		if p.CompressBytesPerSec != nil {
-			p.CompressBytesPerSec = b.CompressBytesPerSec
-		}
-		if i == 0 {
-			continue
-		}
-		d := dec[machineOf[i]]
-		if p.DecompressBytesPerSec != nil {
-			merged := map[string]float64{}
-			for codec, rates := range d.codecs {
-				merged[codec] = median(rates)
-			}
-			p.DecompressBytesPerSec = merged
-		}
-		if p.RLEDecodeBytesPerSec > 0 {
-			p.RLEDecodeBytesPerSec = median(d.rle)
-		}
-	}
-}
-
-func maxRates(a, b map[string]float64) map[string]float64 {
-	if a == nil && b == nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		out[k] = max(out[k], v)
-	}
-	return out
-}
-
-// machineKey tells machines apart: the same interfaces seen at the same
-// address are one machine, however many nodes run on it.
-func machineKey(id string, macs []string, ip string) string {
-	if id != "" {
-		return id // one kernel: one machine, whatever its namespaces
-	}
-	return strings.Join(macs, ",") + "@" + ip
-}
-
-// shareMachines marks hosts that run on one machine, so the model adds up
-// their demands on its CPU and memory.
-func shareMachines(hosts []capacity.Host, machineOf []string) {
-	count := map[string]int{}
-	for _, m := range machineOf {
-		count[m]++
-	}
-	names := map[string]string{}
-	for i, m := range machineOf {
-		if m == "" || count[m] < 2 {
-			continue
-		}
-		if names[m] == "" {
-			names[m] = hosts[i].Name
-		}
-		hosts[i].Machine = names[m]
-	}
-}
-
 // fromTopology takes the topology file's network down to the hosts of this
 // cast and fills in what their probes measured.
 func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Network, error) {
@@ -551,58 +314,6 @@ func fromTopology(t *capacity.Topology, probes []capacity.Probe) (capacity.Netwo
 	}
 	net.ApplyProbes(probes)
 	return net, nil
-}
-
-// DecodeFactor is how fast the image decodes against the probes' standard
-// sample, both timed together on the server; 1 when unknown.
-func DecodeFactor(p probe.Profile) float64 {
-	if p.DecodeFactor <= 0 {
-		return 1
-	}
-	return p.DecodeFactor
-}
-
-// ImageDecode sets every host's decoding rate for codec to the image's:
-// its rate on the standard sample times the image's factor (DecodeFactor)
-// or, for an image with RLE blocks and a host that timed its own fill of
-// them, the image's cost on this machine with its RLE blocks at the host's
-// speed in place of this machine's. A byte loop's speed depends on where
-// a program's code lies as much as on the machine: the same zstd decoder
-// fills RLE blocks about twice as fast, against the standard sample, in
-// one of dolly's programs as in another, and in a filesystem's image they
-// are often most of it.
-func ImageDecode(net *capacity.Network, codec string, p probe.Profile) {
-	f := DecodeFactor(p)
-	for i := range net.Hosts {
-		cpu := net.Hosts[i].Resources.CPU
-		v, ok := cpu.Decompress[codec]
-		if !ok {
-			continue
-		}
-		scaled := maps.Clone(cpu.Decompress)
-		scaled[codec] = decodeRate(v, cpu.DecompressRLE, f, p.RLEFraction, p.RLEFactor, p.RLESkipped)
-		net.Hosts[i].Resources.CPU.Decompress = scaled
-	}
-}
-
-// decodeRate is a host's rate on an image: sample is its rate on the
-// standard sample and rle on RLE blocks; the image decodes here at factor
-// times the sample's rate, and a share q of it from RLE blocks, which
-// decode here at rleFactor times the sample's rate. In units of the
-// sample's cost a byte of the image costs 1/factor here: q/rleFactor for
-// its RLE blocks, the rest for its data, which costs the host alike. The
-// share skipped of the RLE blocks' bytes a node never decodes.
-func decodeRate(sample, rle, factor, q, rleFactor, skipped float64) float64 {
-	if !(q > 0) || !(rleFactor > 0) || q > 1 {
-		return sample * factor
-	}
-	data := max(0, 1/factor-q/rleFactor)
-	filled := max(0, q-max(0, skipped))
-	if !(rle > 0) {
-		// No figure of the host's own for RLE blocks: this machine's.
-		return sample / (data + filled/rleFactor)
-	}
-	return sample / (data + filled*sample/rle)
 }
 
 // withMeasuredLink lowers a probe's link speed to what a bandwidth probe
