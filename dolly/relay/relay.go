@@ -100,6 +100,10 @@ const (
 
 // pipeSize is the capacity asked of every pipe: one splice moves at most
 // a quarter of it, and it bounds how far a relay runs ahead of a child.
+// Larger pipes save no CPU: with 4 MiB (rounds of 1 MiB) the emulated
+// lab's raw chain of 8 at 1 Gbit/s took 6.9 CPU-s of its nodes and ran at
+// 308 MB/s, where 1 MiB took 5.3-6.4 CPU-s and ran at 308-378 MB/s over
+// five runs of the same hour; 512 KiB measured neither better nor worse.
 const pipeSize = 1 << 20
 
 // roundSize is the most one round moves in copy mode.
