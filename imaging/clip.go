@@ -32,6 +32,12 @@ func (c *Clipped) ZeroRange(off, n int64) error {
 	return nil
 }
 
+// LendBuffer lends the target's buffer (BufferLender).
+func (c *Clipped) LendBuffer() []byte { return LendFrom(c.w) }
+
+// ReturnBuffer returns it.
+func (c *Clipped) ReturnBuffer(b []byte) { ReturnTo(c.w, b) }
+
 // Discard discards what of the range lies before the end, where the
 // target can.
 func (c *Clipped) Discard(off, n int64) error {

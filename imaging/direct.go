@@ -70,6 +70,14 @@ type directWriter struct {
 	err     error         // the first failure, reported from then on
 	refused atomic.Bool   // the target refused O_DIRECT: all goes cached
 
+	// Buffers lent to a decoder (BufferLender): lent is the one out, whose
+	// slices writeAt queues where they lie. A returned one goes into the
+	// disk's queue behind the writes from it, and then to spare.
+	lent     []byte
+	spare    chan []byte
+	lentMade int
+	uncopied int64 // bytes queued from lent buffers where they lay
+
 	// mu serialises the callers: a node may close its target while its
 	// receiver, stopped by the same failure, still writes.
 	mu     sync.Mutex
@@ -78,17 +86,30 @@ type directWriter struct {
 
 // diskOp is one operation for the disk goroutine.
 type diskOp struct {
-	do    func() error
-	chunk []byte // returned to free once done
+	do    func() error // nil: only returns lent
+	chunk []byte       // returned to free once done
+	lent  []byte       // returned to spare once done
 }
 
-// directQueue is how many operations may wait for the disk.
+// directQueue is how many writes and zeroings may wait for the disk.
 const directQueue = 2
 
+// maxLent is how many buffers a writer lends at most: the one a decoder
+// fills, and those the queued writes are written from.
+const maxLent = directQueue + 1
+
+// minLentWrite is the least of a lent buffer that goes to the disk where
+// it lies; less is gathered with what comes next, as small direct writes
+// keep a disk from streaming.
+const minLentWrite = 128 << 10
+
 func newDirectWriter(direct, cached *os.File) *directWriter {
+	// Returning a lent buffer queues an operation past directQueue: the
+	// queue and the acks have room for those too.
 	w := &directWriter{direct: direct, cached: cached, buf: AlignedBuffer(directChunk),
-		ops: make(chan diskOp, directQueue), free: make(chan []byte, directQueue+1),
-		acks: make(chan error, directQueue+2), done: make(chan struct{}), chunks: 1}
+		ops: make(chan diskOp, directQueue+maxLent), free: make(chan []byte, directQueue+1),
+		acks: make(chan error, directQueue+maxLent+2), done: make(chan struct{}), chunks: 1,
+		spare: make(chan []byte, maxLent)}
 	go w.disk()
 	return w
 }
@@ -98,11 +119,14 @@ func (w *directWriter) disk() {
 	defer close(w.done)
 	var failed error
 	for op := range w.ops {
-		if failed == nil {
+		if failed == nil && op.do != nil {
 			failed = op.do()
 		}
 		if op.chunk != nil {
 			w.free <- op.chunk
+		}
+		if op.lent != nil {
+			w.spare <- op.lent
 		}
 		w.acks <- failed
 	}
@@ -112,12 +136,17 @@ func (w *directWriter) disk() {
 func (w *directWriter) send(op diskOp) error {
 	w.collect(false)
 	if w.err != nil {
+		// The disk goroutine skips what is queued after a failure: what
+		// the op holds is free now.
 		if op.chunk != nil {
 			w.free <- op.chunk
 		}
+		if op.lent != nil {
+			w.spare <- op.lent
+		}
 		return w.err
 	}
-	for w.queued >= directQueue {
+	for op.do != nil && w.queued >= directQueue {
 		w.collect(true)
 	}
 	w.queued++
@@ -166,6 +195,20 @@ func (w *directWriter) writeAt(p []byte, off int64) error {
 	if w.err != nil {
 		return w.err
 	}
+	if chunk, start, ok := w.inLent(p, off); ok {
+		// Written from where it lies, after what was gathered before it.
+		if err := w.queueBuffer(); err != nil {
+			return err
+		}
+		base, end := off-int64(start), start+len(p)
+		w.uncopied += int64(len(p))
+		return w.send(diskOp{do: func() error {
+			if err := w.write(chunk, base, start, end); err != nil {
+				return fmt.Errorf("target %s: writing at offset %d: %w", w.cached.Name(), off, unwrapPathError(err))
+			}
+			return nil
+		}})
+	}
 	if w.end > w.start && off != w.base+int64(w.end) {
 		if err := w.queueBuffer(); err != nil {
 			return err
@@ -189,6 +232,64 @@ func (w *directWriter) writeAt(p []byte, off int64) error {
 		}
 	}
 	return nil
+}
+
+// inLent reports whether p, the image's bytes at off, can go to the disk
+// from the lent buffer it lies in: it is large enough and its memory
+// aligned as its offset is. chunk[start:] is p, and chunk[0] lies on a
+// block boundary of the image.
+func (w *directWriter) inLent(p []byte, off int64) (chunk []byte, start int, ok bool) {
+	if w.lent == nil || len(p) < minLentWrite {
+		return nil, 0, false
+	}
+	lo, hi := sliceAddr(w.lent), sliceAddr(w.lent)+uintptr(cap(w.lent))
+	at := sliceAddr(p)
+	if at < lo || at+uintptr(len(p)) > hi {
+		return nil, 0, false
+	}
+	start = int(off % DirectAlign)
+	pos := int(at - lo)
+	if (pos-start)%DirectAlign != 0 {
+		return nil, 0, false
+	}
+	return w.lent[pos-start : pos+len(p)], start, true
+}
+
+// LendBuffer lends an aligned buffer (BufferLender), or nil once writes
+// go through the page cache. It waits for one to come back from the disk
+// when all are out.
+func (w *directWriter) LendBuffer() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.err != nil || w.lent != nil || !w.isDirect() {
+		return nil
+	}
+	select {
+	case w.lent = <-w.spare:
+	default:
+		if w.lentMade < maxLent {
+			w.lent = AlignIn(make([]byte, LentSize+lentSlack+DirectAlign), LentSize+lentSlack)
+			w.lentMade++
+		} else {
+			w.lent = <-w.spare
+		}
+	}
+	return w.lent
+}
+
+// ReturnBuffer takes back the lent buffer: it is lent again once the
+// writes queued from it are done.
+func (w *directWriter) ReturnBuffer(b []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lent == nil || unsafe.SliceData(b) != unsafe.SliceData(w.lent) {
+		return
+	}
+	lent := w.lent
+	w.lent = nil
+	if !w.closed {
+		w.send(diskOp{lent: lent}) // a failure is reported by the next call
+	}
 }
 
 // queueBuffer hands the pending bytes to the disk and takes a free chunk.

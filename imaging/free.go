@@ -43,6 +43,12 @@ func SkipFree(w BlockWriter, used blockmap.Map, parts ...blockmap.Extent) *FreeS
 // WriteAt writes p at off.
 func (s *FreeSkipper) WriteAt(p []byte, off int64) (int, error) { return s.w.WriteAt(p, off) }
 
+// LendBuffer lends the target's buffer (BufferLender).
+func (s *FreeSkipper) LendBuffer() []byte { return LendFrom(s.w) }
+
+// ReturnBuffer returns it.
+func (s *FreeSkipper) ReturnBuffer(b []byte) { ReturnTo(s.w, b) }
+
 // skip gives up the free range [off, off+n), but zeroes what of it lies
 // in a signature zone.
 func (s *FreeSkipper) skip(off, n int64) error {

@@ -60,6 +60,14 @@ func (s *SparseWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// LendBuffer lends the target's buffer (BufferLender): what is decoded
+// into it and written here reaches the target uncopied, where whole
+// blocks of it are written at once (Write).
+func (s *SparseWriter) LendBuffer() []byte { return LendFrom(s.w) }
+
+// ReturnBuffer returns it, once written.
+func (s *SparseWriter) ReturnBuffer(b []byte) { ReturnTo(s.w, b) }
+
 // WriteZeros takes the next n bytes, all zero, as a run: a zstd stream's
 // zero frame reaches it so (ZeroWriter). Whole blocks of the run join the
 // run of zeros to zero; the rest goes through Write, as any other bytes.

@@ -223,6 +223,22 @@ func (t *Target) WriteAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// LendBuffer lends a buffer to decode into (BufferLender), or nil when
+// the target is written through the page cache.
+func (t *Target) LendBuffer() []byte {
+	if t.direct == nil {
+		return nil
+	}
+	return t.direct.LendBuffer()
+}
+
+// ReturnBuffer takes back the buffer LendBuffer lent.
+func (t *Target) ReturnBuffer(b []byte) {
+	if t.direct != nil {
+		t.direct.ReturnBuffer(b)
+	}
+}
+
 // flush writes what the direct writer still holds.
 func (t *Target) flush() error {
 	if t.direct == nil {

@@ -14,6 +14,11 @@ import (
 // frame goes through the decoder, its RLE blocks rewritten as raw ones
 // (rleAsRaw). Decoding one frame at a time keeps the runs in their place
 // between the decoded bytes whatever the decoder reads ahead.
+//
+// WriteTo decodes a frame of at most LentSize bytes, as a source
+// compressing on the fly makes them (ChunkEncoder), whole when the writer
+// lends a buffer (BufferLender): into it, from where the target writes it
+// uncopied. Larger frames, as zstd's tool makes them, stream.
 type zstdStream struct {
 	checked bool // the frames' checksums are checked
 	src     Peeker
@@ -21,10 +26,21 @@ type zstdStream struct {
 	dec     *zstd.Decoder
 	inFrame bool  // dec is reading a frame
 	zeros   int64 // zeros of a zero frame still to hand out (Read)
+
+	whole *zstd.Decoder // decodes frames whole (DecodeAll); made when first needed
+	frame []byte        // the compressed frame decoded whole
 }
 
 func newZstdStream(r io.Reader, checked bool) (*zstdStream, error) {
 	src := peeker(r)
+	dec, err := newZstdDecoder(checked)
+	if err != nil {
+		return nil, err
+	}
+	return &zstdStream{checked: checked, src: src, rle: newRLEAsRaw(src), dec: dec}, nil
+}
+
+func newZstdDecoder(checked bool) (*zstd.Decoder, error) {
 	dec, err := zstd.NewReader(nil,
 		// One goroutine: more only adds hand-offs (more CPU per byte)
 		// for little speed, and nodes often share their cores.
@@ -35,12 +51,34 @@ func newZstdStream(r io.Reader, checked bool) (*zstdStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
-	return &zstdStream{checked: checked, src: src, rle: newRLEAsRaw(src), dec: dec}, nil
+	return dec, nil
 }
 
 // next moves to the next frame: it returns the run of a zero frame, or 0
-// with the decoder set on the frame; io.EOF at the stream's end.
-func (z *zstdStream) next() (int64, error) {
+// with the decoder set on the frame; io.EOF at the stream's end. A frame
+// small enough to be decoded whole, when w lends a buffer for it, is left
+// to decodeWhole instead, with the buffer lent.
+func (z *zstdStream) next(w io.Writer) (run int64, lent []byte, err error) {
+	run, err = z.skipToFrame()
+	if err != nil || run > 0 {
+		return run, nil, err
+	}
+	z.rle.nextFrame()
+	if w != nil && z.fitsWhole() {
+		if lent = LendFrom(w); lent != nil {
+			return 0, lent, nil
+		}
+	}
+	if err := z.dec.Reset(z.rle); err != nil {
+		return 0, nil, fmt.Errorf("zstd: %w", err)
+	}
+	z.inFrame = true
+	return 0, nil, nil
+}
+
+// skipToFrame passes over skippable frames and takes a zero frame in: it
+// returns the zero frame's run, or 0 at a frame to decode.
+func (z *zstdStream) skipToFrame() (int64, error) {
 	b, err := z.src.Peek(zstdZeroHeaderLen)
 	for len(b) >= 8 && b[0]&0xf0 == 0x50 && [3]byte(b[1:4]) == [3]byte{0x2a, 0x4d, 0x18} {
 		// A skippable frame, which decodes to nothing.
@@ -63,12 +101,59 @@ func (z *zstdStream) next() (int64, error) {
 			return run, nil
 		}
 	}
-	z.rle.nextFrame()
-	if err := z.dec.Reset(z.rle); err != nil {
+	return 0, nil
+}
+
+// fitsWhole reports whether the frame ahead says it decodes to at most
+// LentSize bytes, with no dictionary: one decodeWhole decodes.
+func (z *zstdStream) fitsWhole() bool {
+	b, _ := z.src.Peek(zstd.HeaderMaxSize)
+	var h zstd.Header
+	if err := h.Decode(b); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return false
+	}
+	return h.HeaderSize > 0 && !h.Skippable && h.HasFCS && h.FrameContentSize <= LentSize && h.DictionaryID == 0
+}
+
+// maxWholeFrame bounds a frame decodeWhole takes in: what a frame of
+// LentSize bytes compresses to at worst, RLE blocks made raw (rleAsRaw),
+// and then some.
+const maxWholeFrame = LentSize + LentSize/8
+
+// decodeWhole reads the frame ahead whole, decodes it into lent, which w
+// lent, writes it to w and returns lent.
+func (z *zstdStream) decodeWhole(w io.Writer, lent []byte) (int64, error) {
+	defer ReturnTo(w, lent)
+	z.frame = z.frame[:0]
+	for {
+		if len(z.frame) == cap(z.frame) {
+			if cap(z.frame) >= maxWholeFrame {
+				return 0, fmt.Errorf("zstd: a frame of at most %d bytes compressed to more than %d", LentSize, maxWholeFrame)
+			}
+			z.frame = append(z.frame, make([]byte, 256<<10)...)[:len(z.frame)]
+		}
+		n, err := z.rle.Read(z.frame[len(z.frame):cap(z.frame)])
+		z.frame = z.frame[:len(z.frame)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("zstd: %w", err)
+		}
+	}
+	if z.whole == nil {
+		dec, err := newZstdDecoder(z.checked)
+		if err != nil {
+			return 0, err
+		}
+		z.whole = dec
+	}
+	out, err := z.whole.DecodeAll(z.frame, lent[:0])
+	if err != nil {
 		return 0, fmt.Errorf("zstd: %w", err)
 	}
-	z.inFrame = true
-	return 0, nil
+	n, err := w.Write(out)
+	return int64(n), err
 }
 
 func (z *zstdStream) Read(p []byte) (int, error) {
@@ -92,7 +177,7 @@ func (z *zstdStream) Read(p []byte) (int, error) {
 			}
 			return n, err
 		}
-		run, err := z.next()
+		run, _, err := z.next(nil)
 		if err != nil {
 			return 0, err
 		}
@@ -108,12 +193,20 @@ func (z *zstdStream) WriteTo(w io.Writer) (int64, error) {
 	for {
 		// What a Read left of a frame comes first.
 		if !z.inFrame && z.zeros == 0 {
-			run, err := z.next()
+			run, lent, err := z.next(w)
 			if errors.Is(err, io.EOF) {
 				return total, nil
 			}
 			if err != nil {
 				return total, err
+			}
+			if lent != nil {
+				n, err := z.decodeWhole(w, lent)
+				total += n
+				if err != nil {
+					return total, err
+				}
+				continue
 			}
 			z.zeros = run
 		}
@@ -154,6 +247,9 @@ func (z *zstdStream) decodeFrameTo(w io.Writer) (int64, error) {
 
 func (z *zstdStream) Close() error {
 	z.dec.Close()
+	if z.whole != nil {
+		z.whole.Close()
+	}
 	return nil
 }
 

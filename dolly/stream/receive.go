@@ -264,6 +264,18 @@ func (f *firstError) ZeroRange(off, n int64) error {
 	return nil
 }
 
+// LendBuffer lends the target's buffer (imaging.BufferLender), none once
+// the target has failed.
+func (f *firstError) LendBuffer() []byte {
+	if f.err != nil {
+		return nil
+	}
+	return imaging.LendFrom(f.w)
+}
+
+// ReturnBuffer returns it.
+func (f *firstError) ReturnBuffer(b []byte) { imaging.ReturnTo(f.w, b) }
+
 func (f *firstError) fail(err error) {
 	f.err = err
 	if f.failed != nil {
@@ -348,6 +360,13 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// LendBuffer lends the target's buffer to the decoder
+// (imaging.BufferLender).
+func (p *progressWriter) LendBuffer() []byte { return p.sw.LendBuffer() }
+
+// ReturnBuffer returns it.
+func (p *progressWriter) ReturnBuffer(b []byte) { p.sw.ReturnBuffer(b) }
 
 // WriteZeros takes a zero frame's run (imaging.ZeroWriter): it is zeroed,
 // never decoded or scanned.

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"dolly/imaging"
+	"dolly/internal/testenv"
 	"dolly/internal/testimage"
 )
 
@@ -61,6 +63,53 @@ func BenchmarkReceive(b *testing.B) {
 			cpu := processCPU(b)
 			for b.Loop() {
 				if _, _, err := Receive(&lendingReader{b: stream}, h, nil, discard{}, nil, Hooks{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			used := processCPU(b) - cpu
+			b.ReportMetric(float64(used.Milliseconds())/float64(b.N)*float64(1<<30)/size, "cpu-ms/GiB")
+		})
+	}
+}
+
+// BenchmarkReceiveToDisk is BenchmarkReceive writing to a block device
+// with O_DIRECT, as a node does: a loop device over a file in memory
+// (/dev/shm), so that the disk costs little and the node's own work shows.
+func BenchmarkReceiveToDisk(b *testing.B) {
+	const size = 128 << 20
+	dir := b.TempDir()
+	raw := filepath.Join(dir, "img")
+	if err := testimage.Write(raw, size, 11, testimage.Typical); err != nil {
+		b.Fatal(err)
+	}
+	backing, err := os.CreateTemp("/dev/shm", "dolly-bench-*")
+	if err != nil {
+		b.Skipf("skipped: no /dev/shm for the loop device's file: %v", err)
+	}
+	b.Cleanup(func() { os.Remove(backing.Name()) })
+	if err := backing.Truncate(size); err != nil {
+		b.Fatal(err)
+	}
+	backing.Close()
+	dev := testenv.LoopDevice(b, backing.Name())
+	for _, send := range []imaging.Encoding{imaging.Raw, imaging.Zstd} {
+		b.Run(send.String(), func(b *testing.B) {
+			h, stream, _ := encodeStreamAs(b, raw, DefaultFrameSize, send)
+			b.SetBytes(size)
+			b.ResetTimer()
+			cpu := processCPU(b)
+			for b.Loop() {
+				tg, err := imaging.OpenTarget(dev, size, imaging.TargetOptions{Direct: true, Shared: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !tg.Direct() {
+					b.Skip("skipped: the loop device refuses O_DIRECT")
+				}
+				if _, _, err := Receive(&lendingReader{b: stream}, h, nil, tg, nil, Hooks{}); err != nil {
+					b.Fatal(err)
+				}
+				if err := tg.Close(); err != nil {
 					b.Fatal(err)
 				}
 			}
