@@ -48,7 +48,8 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	decoding thread, when decompression cannot spread over cores: the one
 //	goroutine that decodes also copies the payloads in, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
-//	is not its own):
+//	is not its own), unless it decoded a zstd frame of a stream compressed
+//	on the fly whole into one (a target written with O_DIRECT):
 //	          (1/decompress + w/copy + s + d/digest + d/copy)·b ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
@@ -91,7 +92,13 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		if st.Codec != "zstd" {
 			scan = share(r.CPU.Copy) + share(r.CPU.Digest)
 		}
-		thread := st.decodeWeight()/rate + w*share(r.CPU.Copy) + scan + d*share(r.CPU.Digest) + d*share(r.CPU.Copy)
+		// A frame decoded whole into the target's own buffer is not copied
+		// into one.
+		align := d * share(r.CPU.Copy)
+		if r.DirectWrites && st.decodedWhole() {
+			align = 0
+		}
+		thread := st.decodeWeight()/rate + w*share(r.CPU.Copy) + scan + d*share(r.CPU.Digest) + align
 		cpu += thread
 		if !r.ParallelDecompress {
 			h.add(DecompressLimit, flow, thread, 1)

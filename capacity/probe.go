@@ -23,6 +23,10 @@ type Probe struct {
 	// disks), where BLKZEROOUT falls back to writing zero pages. A zero
 	// run the node must zero then costs its disk as much as data.
 	ZeroesByWriting bool `json:"zeroes_by_writing,omitempty"`
+	// DirectWrites says the node writes its target with O_DIRECT, past the
+	// page cache, from aligned buffers: what it decodes whole into those
+	// is not copied again (see stream.decodedWhole).
+	DirectWrites bool `json:"direct_writes,omitempty"`
 	// SyncSeconds is how long the target took to put the last of what the
 	// write probe wrote on the disk (its final fsync): a cast ends with as
 	// much, and the model counts it in the start-up.
@@ -97,6 +101,7 @@ func (p Probe) Resources(role Role) Resources {
 		Model:              ModelDolly,
 		Disk:               disk,
 		ZeroesByWriting:    p.ZeroesByWriting && role != RoleSource,
+		DirectWrites:       p.DirectWrites && role != RoleSource,
 		Memory:             2 * p.MemcpyBytesPerSec,
 		Cores:              float64(max(p.Cores, 1)),
 		ParallelDecompress: false,

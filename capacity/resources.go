@@ -37,6 +37,9 @@ type Resources struct {
 	// ZeroesByWriting: the node's disk zeroes a range by writing it (see
 	// Probe.ZeroesByWriting), so the zero runs it zeroes cost Disk too.
 	ZeroesByWriting bool
+	// DirectWrites: the node writes its target with O_DIRECT (see
+	// Probe.DirectWrites), from aligned buffers.
+	DirectWrites bool
 	// IOBus is the I/O bus capacity (the paper's 132 MB/s PCI).
 	IOBus float64
 	// Memory is the memory system capacity: bytes moved to and from

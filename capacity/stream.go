@@ -88,6 +88,14 @@ func (s stream) scanned() float64 {
 	return 1 - s.piece.ZeroFraction*s.undecoded/s.zero
 }
 
+// decodedWhole says a node decodes each frame of the stream whole: zstd
+// compressed on the fly, in frames of a chunk each. Into a target written
+// with O_DIRECT, they are decoded into the buffers it writes from
+// (imaging.BufferLender), not copied into them.
+func (s stream) decodedWhole() bool {
+	return s.Codec == "zstd" && s.conversion() == "compress"
+}
+
 // storedBytes is the stored bytes per raw byte of an image held compressed.
 func (s stream) storedBytes() float64 {
 	if s.piece != nil {

@@ -82,6 +82,7 @@ const probeBlock = 4 << 20
 // diskProbe is what a disk measurement found.
 type diskProbe struct {
 	rate    float64       // bytes per second through the write path to the disk
+	direct  bool          // written with O_DIRECT
 	cpuRate float64       // bytes per second one core can push through that path
 	sync    time.Duration // the final fsync's time
 	how     string
@@ -192,6 +193,7 @@ func probeDisks(ctx context.Context, cfg Config, r *Report) []string {
 			note("target write rate: %v", err)
 		} else {
 			r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec, r.SyncSeconds = d.rate, d.cpuRate, d.sync.Seconds()
+			r.DirectWrites = d.direct
 			note("target write rate: %s/s (%s/s of CPU): %s", units.FormatBytes(int64(d.rate)), units.FormatBytes(int64(d.cpuRate)), d.how)
 		}
 		if r.ZeroesByWriting = zeroesByWriting("/sys", cfg.Target); r.ZeroesByWriting {
@@ -406,6 +408,15 @@ func (r Report) Format() string {
 		}
 		return "in place"
 	}
+	written := func(r Report) string {
+		switch {
+		case r.DiskWriteBytesPerSec <= 0:
+			return "not measured"
+		case r.DirectWrites:
+			return "with O_DIRECT, past the page cache"
+		}
+		return "through the page cache"
+	}
 	fmt.Fprintf(&b, "probe of %s (%d cores)\n", r.Hostname, r.Cores)
 	nic := "link speed"
 	if r.NIC != "" {
@@ -419,6 +430,7 @@ func (r Report) Format() string {
 		{nic, linkRate},
 		{"target write", rate(r.DiskWriteBytesPerSec)},
 		{"target zeroes", zeroing(r.ZeroesByWriting)},
+		{"target written", written(r)},
 		{"write path, one core", rate(r.DiskWriteCPUBytesPerSec)},
 		{"TCP stream, one core", rate(r.NetStreamBytesPerSec)},
 		{"relay path, one core", rate(r.RelayBytesPerSec)},

@@ -166,7 +166,7 @@ func targetWrite(ctx context.Context, path string, budget time.Duration, buffere
 			cpuRate = 1 / m
 		}
 	}
-	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, sync: synced, how: how}, nil
+	return diskProbe{rate: rate(wrote, spent), cpuRate: cpuRate, sync: synced, how: how, direct: outDirect}, nil
 }
 
 // targetFiles are a target opened to be measured in place: in reads it
