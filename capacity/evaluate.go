@@ -92,7 +92,10 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 	if !(opt.UndecodedFraction >= 0 && opt.UndecodedFraction <= opt.ZeroFraction) {
 		return Result{}, fmt.Errorf("undecoded fraction %v: want a share from 0 up to the zero fraction %v", opt.UndecodedFraction, opt.ZeroFraction)
 	}
-	st := stream{Compression: comp, zero: opt.ZeroFraction, zeroed: opt.ZeroedFraction, holes: opt.HoleFraction, undecoded: opt.UndecodedFraction, stored: opt.Stored}
+	if !(opt.WholeFraction >= 0 && opt.WholeFraction <= 1) {
+		return Result{}, fmt.Errorf("whole fraction %v: want a share from 0 to 1", opt.WholeFraction)
+	}
+	st := stream{Compression: comp, zero: opt.ZeroFraction, zeroed: opt.ZeroedFraction, holes: opt.HoleFraction, undecoded: opt.UndecodedFraction, whole: opt.WholeFraction, stored: opt.Stored}
 
 	host := make([]int, len(t.Parent)) // host index of each vertex
 	used := make([]bool, len(f.net.Hosts))

@@ -48,8 +48,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	decoding thread, when decompression cannot spread over cores: the one
 //	goroutine that decodes also copies the payloads in, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
-//	is not its own), unless it decoded a zstd frame of a stream compressed
-//	on the fly whole into one (a target written with O_DIRECT):
+//	is not its own), but for what it decoded a zstd frame at a time, whole,
+//	into one (a target written with O_DIRECT; a stream compressed on the fly,
+//	a stored image's frames of a chunk or less):
 //	          (1/decompress + w/copy + s + d/digest + d/copy)·b ≤ 1
 func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	compressed := st.Enabled()
@@ -95,8 +96,8 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		// A frame decoded whole into the target's own buffer is not copied
 		// into one.
 		align := d * share(r.CPU.Copy)
-		if r.DirectWrites && st.decodedWhole() {
-			align = 0
+		if r.DirectWrites {
+			align = st.alignedCopies() * share(r.CPU.Copy)
 		}
 		thread := st.decodeWeight()/rate + w*share(r.CPU.Copy) + scan + d*share(r.CPU.Digest) + align
 		cpu += thread

@@ -55,6 +55,13 @@ type Options struct {
 	// compressed on the fly sends its zero runs as zero frames, which are
 	// not decoded either: there the zero runs count.
 	UndecodedFraction float64
+	// WholeFraction is the share of the raw image that a node decodes a
+	// zstd frame at a time, whole, when the image is sent as stored: its
+	// frames of a chunk or less (see imaging.CountZstd), as dolly captures
+	// an image. Written with O_DIRECT, those are decoded into the buffers
+	// the target writes from, not copied into them. A stream compressed on
+	// the fly is made of such frames: there all of it counts.
+	WholeFraction float64
 	// Pieces describe the image stretch by stretch, in order, when it is
 	// not uniform; their shares weight their rates. The figures above stay
 	// the image's averages. Nil counts the image as uniform.

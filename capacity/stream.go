@@ -12,6 +12,7 @@ type stream struct {
 	zeroed      float64 // share of it in zero runs the nodes zero (at most zero)
 	holes       float64 // share of it the source's file keeps as holes, not read
 	undecoded   float64 // share of it a stored image's zstd decoder hands on undecoded
+	whole       float64 // share of it in a stored zstd image's frames decoded whole
 	// stored is how the source holds the image; nil means as it is sent.
 	stored *Compression
 	// piece, when set, is the stretch of the image being counted: its own
@@ -88,12 +89,25 @@ func (s stream) scanned() float64 {
 	return 1 - s.piece.ZeroFraction*s.undecoded/s.zero
 }
 
-// decodedWhole says a node decodes each frame of the stream whole: zstd
-// compressed on the fly, in frames of a chunk each. Into a target written
-// with O_DIRECT, they are decoded into the buffers it writes from
-// (imaging.BufferLender), not copied into them.
-func (s stream) decodedWhole() bool {
-	return s.Codec == "zstd" && s.conversion() == "compress"
+// alignedCopies is the share of what is counted that a node writing with
+// O_DIRECT copies into its target's aligned chunks: its data, less what
+// it decodes a zstd frame at a time, whole, into the buffers the target
+// writes from (imaging.BufferLender). A stream compressed on the fly is
+// made of such frames, of a chunk or less; a stored image sent as stored,
+// of its frames that small (Options.WholeFraction).
+func (s stream) alignedCopies() float64 {
+	if s.Codec != "zstd" {
+		return s.data()
+	}
+	switch s.conversion() {
+	case "compress":
+		return 0
+	case "":
+		if s.zero < 1 {
+			return s.data() * (1 - min(1, s.whole/(1-s.zero)))
+		}
+	}
+	return s.data()
 }
 
 // storedBytes is the stored bytes per raw byte of an image held compressed.

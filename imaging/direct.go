@@ -86,7 +86,7 @@ type directWriter struct {
 
 // diskOp is one operation for the disk goroutine.
 type diskOp struct {
-	do    func() error // nil: only returns lent
+	do    func() error // nil: only returns lent, unacknowledged
 	chunk []byte       // returned to free once done
 	lent  []byte       // returned to spare once done
 }
@@ -104,11 +104,11 @@ const maxLent = directQueue + 1
 const minLentWrite = 128 << 10
 
 func newDirectWriter(direct, cached *os.File) *directWriter {
-	// Returning a lent buffer queues an operation past directQueue: the
-	// queue and the acks have room for those too.
+	// A returned lent buffer goes into the queue past directQueue, one at
+	// most for each: the queue has room for those too.
 	w := &directWriter{direct: direct, cached: cached, buf: AlignedBuffer(directChunk),
 		ops: make(chan diskOp, directQueue+maxLent), free: make(chan []byte, directQueue+1),
-		acks: make(chan error, directQueue+maxLent+2), done: make(chan struct{}), chunks: 1,
+		acks: make(chan error, directQueue+2), done: make(chan struct{}), chunks: 1,
 		spare: make(chan []byte, maxLent)}
 	go w.disk()
 	return w
@@ -119,14 +119,16 @@ func (w *directWriter) disk() {
 	defer close(w.done)
 	var failed error
 	for op := range w.ops {
-		if failed == nil && op.do != nil {
+		if op.do == nil {
+			// Every write from it, queued before, is done.
+			w.spare <- op.lent
+			continue
+		}
+		if failed == nil {
 			failed = op.do()
 		}
 		if op.chunk != nil {
 			w.free <- op.chunk
-		}
-		if op.lent != nil {
-			w.spare <- op.lent
 		}
 		w.acks <- failed
 	}
@@ -141,12 +143,9 @@ func (w *directWriter) send(op diskOp) error {
 		if op.chunk != nil {
 			w.free <- op.chunk
 		}
-		if op.lent != nil {
-			w.spare <- op.lent
-		}
 		return w.err
 	}
-	for op.do != nil && w.queued >= directQueue {
+	for w.queued >= directQueue {
 		w.collect(true)
 	}
 	w.queued++
@@ -287,8 +286,16 @@ func (w *directWriter) ReturnBuffer(b []byte) {
 	}
 	lent := w.lent
 	w.lent = nil
-	if !w.closed {
-		w.send(diskOp{lent: lent}) // a failure is reported by the next call
+	switch {
+	case w.closed:
+	case w.err != nil:
+		// The disk goroutine skips what is queued after a failure: no
+		// write from it is left to run.
+		w.spare <- lent
+	default:
+		// Behind the writes from it, and not counted against the queue:
+		// the disk goroutine takes it at once.
+		w.ops <- diskOp{lent: lent}
 	}
 }
 

@@ -96,18 +96,19 @@ type readerAtFunc func(p []byte, off int64) (int, error)
 
 func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
-// RLEBytes is how many of a zstd image's raw bytes a decoder fills from
-// RLE blocks, and how many of them a cast's decoder skips (ZstdRLEBytes);
-// 0 for other encodings.
-func (im *Image) RLEBytes() (rle, skipped int64, err error) {
+// ZstdCounts is what CountZstd counts of a zstd image's raw bytes: how
+// many a decoder fills from RLE blocks, how many of those a cast's decoder
+// skips, how many lie in frames it may decode whole; nothing for other
+// encodings.
+func (im *Image) ZstdCounts() (ZstdCounts, error) {
 	if im.Encoding != Zstd {
-		return 0, 0, nil
+		return ZstdCounts{}, nil
 	}
-	rle, skipped, err = ZstdRLEBytes(im.f, im.StreamSize)
+	c, err := CountZstd(im.f, im.StreamSize)
 	if err != nil {
-		return 0, 0, fmt.Errorf("image %s: %w", im.Path, err)
+		return ZstdCounts{}, fmt.Errorf("image %s: %w", im.Path, err)
 	}
-	return rle, skipped, nil
+	return c, nil
 }
 
 // Close closes the image file.

@@ -19,22 +19,40 @@ const (
 // zstdMaxBlock is the largest block zstd writes: 128 KiB.
 const zstdMaxBlock = 128 << 10
 
-// ZstdRLEBytes walks the frames and block headers of the zstd stream of
-// size bytes in r and returns how many of its decoded bytes come from RLE
-// blocks, blocks of one byte repeated, that a decoder fills. zstd's own
-// tool writes one for every 128 KiB of zeros, so a filesystem's free space
-// decodes from them; they cost a decoder a byte-by-byte fill, which runs
-// at different speeds in different programs, unlike the rest of the
-// stream. Of them, skipped is what a cast's decoder hands on as zeros
-// without the decoder (skipZeros); zero frames (AppendZstdZeros) no
-// decoder reads, and count in neither. Only the headers are read.
+// ZstdCounts are what CountZstd counts of a zstd stream's decoded bytes.
+type ZstdCounts struct {
+	// RLE is what comes from RLE blocks, blocks of one byte repeated,
+	// that a decoder fills. zstd's own tool writes one for every 128 KiB
+	// of zeros, so a filesystem's free space decodes from them; they cost
+	// a decoder a byte-by-byte fill, which runs at different speeds in
+	// different programs, unlike the rest of the stream.
+	RLE int64
+	// Skipped is, of RLE, what a cast's decoder hands on as zeros without
+	// the decoder (skipZeros).
+	Skipped int64
+	// Whole is what lies in frames a cast's decoder may decode whole
+	// (decodesWhole): frames of a chunk or less, as dolly compresses an
+	// image on the fly or captures one.
+	Whole int64
+}
+
+// ZstdRLEBytes is CountZstd's RLE and Skipped.
 func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
-	var pos int64
+	c, err := CountZstd(r, size)
+	return c.RLE, c.Skipped, err
+}
+
+// CountZstd walks the frames and block headers of the zstd stream of size
+// bytes in r and counts its decoded bytes (ZstdCounts). Zero frames
+// (AppendZstdZeros) no decoder reads, and count in none. Only the headers
+// are read.
+func CountZstd(r io.ReaderAt, size int64) (ZstdCounts, error) {
+	var pos, rle, skipped, whole int64
 	buf := make([]byte, max(zstd.HeaderMaxSize, zstdZeroHeaderLen+4*((ZstdZeroFrameMax+zstdMaxBlock-1)/zstdMaxBlock)))
 	for pos < size {
 		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
 		if n == 0 {
-			return 0, 0, fmt.Errorf("reading a frame header at %d: %w", pos, err)
+			return ZstdCounts{}, fmt.Errorf("reading a frame header at %d: %w", pos, err)
 		}
 		if fsize, _, ok := zstdZeroFrame(buf[:n]); ok {
 			pos += int64(fsize)
@@ -42,10 +60,10 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 		}
 		var h zstd.Header
 		if err := h.Decode(buf[:min(n, zstd.HeaderMaxSize)]); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, 0, fmt.Errorf("frame at %d: %w", pos, err)
+			return ZstdCounts{}, fmt.Errorf("frame at %d: %w", pos, err)
 		}
 		if h.HeaderSize == 0 {
-			return 0, 0, fmt.Errorf("frame at %d: truncated header", pos)
+			return ZstdCounts{}, fmt.Errorf("frame at %d: truncated header", pos)
 		}
 		_, dropped := skippingHeader(h, buf[:h.HeaderSize])
 		pos += int64(h.HeaderSize)
@@ -53,11 +71,14 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 			pos += int64(h.SkippableSize)
 			continue
 		}
+		if decodesWhole(h) {
+			whole += int64(h.FrameContentSize)
+		}
 		var zeroRun int64 // as the stream decoder counts it
 		for last := false; !last; {
 			var b [4]byte
 			if _, err := r.ReadAt(b[:3], pos); err != nil {
-				return 0, 0, fmt.Errorf("reading a block header at %d: %w", pos, err)
+				return ZstdCounts{}, fmt.Errorf("reading a block header at %d: %w", pos, err)
 			}
 			head := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
 			last = head&1 == 1
@@ -69,7 +90,7 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 				zeroRun = 0
 			case zstdBlockRLE:
 				if _, err := r.ReadAt(b[3:], pos); err != nil {
-					return 0, 0, fmt.Errorf("reading an RLE block at %d: %w", pos, err)
+					return ZstdCounts{}, fmt.Errorf("reading an RLE block at %d: %w", pos, err)
 				}
 				pos++
 				rle += bsize
@@ -82,7 +103,7 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 					zeroRun += bsize
 				}
 			default:
-				return 0, 0, fmt.Errorf("block at %d: reserved block type", pos-3)
+				return ZstdCounts{}, fmt.Errorf("block at %d: reserved block type", pos-3)
 			}
 		}
 		if h.HasCheckSum {
@@ -90,9 +111,9 @@ func ZstdRLEBytes(r io.ReaderAt, size int64) (rle, skipped int64, err error) {
 		}
 	}
 	if pos > size {
-		return 0, 0, fmt.Errorf("the stream ends inside a frame (%d of %d bytes)", size, pos)
+		return ZstdCounts{}, fmt.Errorf("the stream ends inside a frame (%d of %d bytes)", size, pos)
 	}
-	return rle, skipped, nil
+	return ZstdCounts{RLE: rle, Skipped: skipped, Whole: whole}, nil
 }
 
 // ZstdRLEStream returns a zstd stream of size zero bytes (rounded up to

@@ -96,3 +96,53 @@ func zeroFrameBytes(stream []byte) (n int64) {
 		stream = stream[size:]
 	}
 }
+
+// CountZstd counts what lies in frames a cast decodes whole: those a
+// source compressing on the fly (or a capture) makes, not the zero frames
+// between them nor the large frames of zstd's own tool.
+func TestCountZstdWhole(t *testing.T) {
+	chunks := func(image []byte) []byte {
+		enc, err := NewChunkEncoder(Zstd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		for off := 0; off < len(image); off += ChunkSize {
+			end := min(off+ChunkSize, len(image))
+			if out, err = enc.Encode(out, image[off:end], int64(off), end == len(image)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	text := bytes.Repeat([]byte("a cast of a chunk at a time "), (5<<20)/28)
+	withZeros := append(bytes.Clone(text[:3<<20]), make([]byte, 2<<20)...)
+	var big bytes.Buffer // one frame of the whole, as zstd's tool writes it
+	if err := Compress(&big, Zstd, bytes.NewReader(text), 1); err != nil {
+		t.Fatal(err)
+	}
+	rle, err := ZstdRLEStream(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+		whole  int64
+	}{
+		{"chunks of data", chunks(text), int64(len(text))},
+		{"chunks with a zero run", chunks(withZeros), 3 << 20},
+		{"one large frame", big.Bytes(), 0},
+		{"RLE blocks, no content size", rle, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := CountZstd(bytes.NewReader(tc.stream), int64(len(tc.stream)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Whole != tc.whole {
+				t.Fatalf("%d bytes in frames decoded whole, want %d", c.Whole, tc.whole)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package imaging
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -104,20 +105,30 @@ func (z *zstdStream) skipToFrame() (int64, error) {
 	return 0, nil
 }
 
-// fitsWhole reports whether the frame ahead says it decodes to at most
-// LentSize bytes, with no dictionary: one decodeWhole decodes.
+// fitsWhole reports whether decodeWhole decodes the frame ahead
+// (decodesWhole).
 func (z *zstdStream) fitsWhole() bool {
 	b, _ := z.src.Peek(zstd.HeaderMaxSize)
 	var h zstd.Header
 	if err := h.Decode(b); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return false
 	}
-	return h.HeaderSize > 0 && !h.Skippable && h.HasFCS && h.FrameContentSize <= LentSize && h.DictionaryID == 0
+	return decodesWhole(h)
+}
+
+// decodesWhole says a frame is decoded whole into a lent buffer: it says
+// it decodes to at most LentSize bytes, with no dictionary, and its window
+// holds all of it, so none of its zeros would have gone past a streaming
+// decoder (skippingHeader) that now reach this one.
+func decodesWhole(h zstd.Header) bool {
+	return h.HeaderSize > 0 && !h.Skippable && h.HasFCS && h.FrameContentSize <= LentSize && h.DictionaryID == 0 &&
+		(h.SingleSegment || h.WindowSize >= h.FrameContentSize)
 }
 
 // maxWholeFrame bounds a frame decodeWhole takes in: what a frame of
 // LentSize bytes compresses to at worst, RLE blocks made raw (rleAsRaw),
-// and then some.
+// and then some. A frame of many tiny blocks, or a damaged one, may run
+// past it: it is streamed instead.
 const maxWholeFrame = LentSize + LentSize/8
 
 // decodeWhole reads the frame ahead whole, decodes it into lent, which w
@@ -128,7 +139,12 @@ func (z *zstdStream) decodeWhole(w io.Writer, lent []byte) (int64, error) {
 	for {
 		if len(z.frame) == cap(z.frame) {
 			if cap(z.frame) >= maxWholeFrame {
-				return 0, fmt.Errorf("zstd: a frame of at most %d bytes compressed to more than %d", LentSize, maxWholeFrame)
+				// What was read, then the rest, through the decoder's
+				// window; a damaged frame gets the decoder's own error.
+				if err := z.dec.Reset(io.MultiReader(bytes.NewReader(z.frame), z.rle)); err != nil {
+					return 0, fmt.Errorf("zstd: %w", err)
+				}
+				return z.dec.WriteTo(w)
 			}
 			z.frame = append(z.frame, make([]byte, 256<<10)...)[:len(z.frame)]
 		}

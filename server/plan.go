@@ -48,6 +48,7 @@ func Options(p probe.Profile, frameSize int) capacity.Options {
 		HoleFraction: min(p.HoleFraction, p.ZeroFraction, 0.999),
 		// Only a stored image's: sent as stored, a node skips these.
 		UndecodedFraction: min(max(p.RLESkipped, 0), p.ZeroFraction, 0.999),
+		WholeFraction:     min(max(p.WholeFraction, 0), 1),
 		Compression:       capacity.Compression{Codec: p.Codec.String(), Factor: p.Factor},
 		Stored:            &capacity.Compression{Factor: 1},
 		Pieces:            pieces(p),

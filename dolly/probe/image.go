@@ -49,6 +49,11 @@ type Profile struct {
 	// filling them (zeros deep in a run of free space): they cost a node
 	// nothing to decode.
 	RLESkipped float64
+	// WholeFraction is the share of a stored zstd image's raw bytes in
+	// frames of a chunk or less (imaging.CountZstd), as dolly captures an
+	// image: a node writing with O_DIRECT decodes them whole into the
+	// buffers its target writes from, and copies none of them again.
+	WholeFraction float64
 	// EncodeRate is how many bytes of a raw image's data one core of this
 	// machine compresses per second, as the source would on the fly, its
 	// zero runs' (small) cost counted with the data's; 0 for a compressed
@@ -171,10 +176,11 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	// The frames' headers tell the RLE blocks' share before the scan; a
 	// stream whose headers cannot be walked fails the scan itself, or its
 	// decoding is timed as a whole.
-	rle, skipped, rerr := im.RLEBytes()
+	counts, rerr := im.ZstdCounts()
 	if rerr != nil {
-		rle, skipped = 0, 0
+		counts = imaging.ZstdCounts{}
 	}
+	rle, skipped := counts.RLE, counts.Skipped
 	var err error
 	w := &scanWatch{tally: pieceTally{span: tallySpan}}
 	OnOneThread(func(cpu func() time.Duration) {
@@ -193,6 +199,9 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 		Codec:        im.Encoding, Factor: float64(im.Size) / float64(im.StreamSize),
 		DecodeRate: w.gauge.rate(), DecodeFactor: w.gauge.factor(),
 		Pieces: mergePieces(w.tally.parts),
+	}
+	if counts.Whole > 0 && im.Size > 0 {
+		p.WholeFraction = min(float64(counts.Whole)/float64(im.Size), 1)
 	}
 	if f := w.gauge.rleFactor(); f > 0 && rle > 0 && rle <= im.Size {
 		p.RLEFraction, p.RLEFactor = float64(rle)/float64(im.Size), f

@@ -166,3 +166,44 @@ func TestDecodeRateTimesEachPart(t *testing.T) {
 		t.Errorf("an empty stream decodes at %.0f, parts %v: want nothing timed", r, c)
 	}
 }
+
+// A stored zstd image in frames of a chunk or less, as dolly captures
+// one, is profiled with their share: a node writing with O_DIRECT decodes
+// those whole. One large frame, as zstd's own tool writes it, has none.
+func TestProfileTellsTheFramesDecodedWhole(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 6<<20)
+	StandardSample(data, 3)
+	var large bytes.Buffer
+	if err := imaging.Compress(&large, imaging.Zstd, bytes.NewReader(data), 1); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := imaging.NewChunkEncoder(imaging.Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []byte
+	for off := 0; off < len(data); off += imaging.ChunkSize {
+		if chunks, err = enc.Encode(chunks, data[off:off+imaging.ChunkSize], int64(off), off+imaging.ChunkSize == len(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		stored []byte
+		want   float64
+	}{
+		{"frames of a chunk", chunks, 1},
+		{"one large frame", large.Bytes(), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "img.zst")
+			if err := os.WriteFile(path, tc.stored, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if p := profileFile(t, path); p.WholeFraction != tc.want {
+				t.Errorf("share in frames decoded whole %.4f, want %.4f", p.WholeFraction, tc.want)
+			}
+		})
+	}
+}

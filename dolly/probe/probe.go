@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) Report {
 	r.Notes = append(r.Notes, <-disks...)
 	r.DiskWriteBytesPerSec, r.DiskWriteCPUBytesPerSec = diskReport.DiskWriteBytesPerSec, diskReport.DiskWriteCPUBytesPerSec
 	r.ZeroesByWriting, r.DiskReadBytesPerSec, r.SyncSeconds = diskReport.ZeroesByWriting, diskReport.DiskReadBytesPerSec, diskReport.SyncSeconds
-	r.ImageReadCPUBytesPerSec = diskReport.ImageReadCPUBytesPerSec
+	r.ImageReadCPUBytesPerSec, r.DirectWrites = diskReport.ImageReadCPUBytesPerSec, diskReport.DirectWrites
 
 	// One pair of buffers serves every memory measurement, so probing
 	// stays small next to a node's working set.

@@ -283,3 +283,42 @@ func TestCrowdPushesThroughTheDataPath(t *testing.T) {
 		t.Errorf("%d goroutines before, %d after three crowd runs", before, after)
 	}
 }
+
+// The probe tells whether it wrote the target as a cast does with
+// O_DIRECT (a block device) or through the page cache (a file, or a
+// device written buffered): the model counts a node's copies by it.
+func TestProbeSaysHowItWroteTheTarget(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "disk")
+	if err := testimage.Fill(file, 0, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	dev := testenv.LoopDevice(t, file)
+	cases := []struct {
+		name     string
+		target   string
+		buffered bool
+		direct   bool
+	}{
+		{"block device", dev, false, true},
+		{"block device, buffered", dev, true, false},
+		{"file", file, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Run(t.Context(), Config{Target: c.target, Buffered: c.buffered, Budget: 10 * time.Millisecond, SkipDecoders: []string{"zstd", "gzip"}})
+			if r.DiskWriteBytesPerSec <= 0 {
+				t.Fatalf("no write rate measured: %q", r.Notes)
+			}
+			if r.DirectWrites != c.direct {
+				t.Fatalf("DirectWrites = %v, want %v", r.DirectWrites, c.direct)
+			}
+			want := "through the page cache"
+			if c.direct {
+				want = "with O_DIRECT"
+			}
+			if !strings.Contains(r.Format(), want) {
+				t.Fatalf("the report does not say %q:\n%s", want, r.Format())
+			}
+		})
+	}
+}
