@@ -101,20 +101,7 @@ func zeroFrameBytes(stream []byte) (n int64) {
 // source compressing on the fly (or a capture) makes, not the zero frames
 // between them nor the large frames of zstd's own tool.
 func TestCountZstdWhole(t *testing.T) {
-	chunks := func(image []byte) []byte {
-		enc, err := NewChunkEncoder(Zstd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []byte
-		for off := 0; off < len(image); off += ChunkSize {
-			end := min(off+ChunkSize, len(image))
-			if out, err = enc.Encode(out, image[off:end], int64(off), end == len(image)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return out
-	}
+	chunks := func(image []byte) []byte { return chunksCompressed(t, image) }
 	text := bytes.Repeat([]byte("a cast of a chunk at a time "), (5<<20)/28)
 	withZeros := append(bytes.Clone(text[:3<<20]), make([]byte, 2<<20)...)
 	var big bytes.Buffer // one frame of the whole, as zstd's tool writes it

@@ -34,6 +34,24 @@ func (l *lendingBuffer) Write(p []byte) (int, error) {
 	return l.Buffer.Write(p)
 }
 
+// chunksCompressed is image compressed as a source compresses it on the
+// fly, a chunk at a time (ChunkEncoder).
+func chunksCompressed(t testing.TB, image []byte) []byte {
+	t.Helper()
+	enc, err := NewChunkEncoder(Zstd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for off := 0; off < len(image); off += ChunkSize {
+		end := min(off+ChunkSize, len(image))
+		if out, err = enc.Encode(out, image[off:end], int64(off), end == len(image)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
 // zstdTinyBlocks is a valid zstd frame of content, declared in its header,
 // made of raw blocks of one byte each: four bytes of frame a byte.
 func zstdTinyBlocks(content []byte) []byte {
@@ -63,17 +81,7 @@ func TestZstdStreamDecodesWholeFramesIntoLentBuffers(t *testing.T) {
 			image[i] = byte('a' + rng.IntN(8))
 		}
 	}
-	enc, err := NewChunkEncoder(Zstd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var packed []byte
-	for off := 0; off < len(image); off += ChunkSize {
-		end := min(off+ChunkSize, len(image))
-		if packed, err = enc.Encode(packed, image[off:end], int64(off), end == len(image)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	packed := chunksCompressed(t, image)
 	tiny := image[:1<<20] // 4 MiB of frame: past maxWholeFrame
 	cases := []struct {
 		name     string
