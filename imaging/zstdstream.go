@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -146,7 +147,7 @@ func (z *zstdStream) decodeWhole(w io.Writer, lent []byte) (int64, error) {
 				}
 				return z.dec.WriteTo(w)
 			}
-			z.frame = append(z.frame, make([]byte, 256<<10)...)[:len(z.frame)]
+			z.frame = slices.Grow(z.frame, 256<<10)
 		}
 		n, err := z.rle.Read(z.frame[len(z.frame):cap(z.frame)])
 		z.frame = z.frame[:len(z.frame)+n]
