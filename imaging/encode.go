@@ -55,29 +55,46 @@ func Compress(w io.Writer, enc Encoding, r io.Reader, concurrency int) error {
 // core hold little memory.
 const ChunkSize = 2 << 20
 
+// Level is how hard a ChunkEncoder compresses.
+type Level int
+
+const (
+	// OnTheFly is the fastest level: what a source that compresses an
+	// image during a cast can afford.
+	OnTheFly Level = iota
+	// Stored is the formats' default level (zstd's 3, as its own tool
+	// uses): for an image compressed once and cast many times, at about
+	// the same cost to decode.
+	Stored
+)
+
 // ChunkEncoder compresses chunks of an image, each into a stream of its
-// own (a zstd frame, a gzip member), at the level an image compressed on
-// the fly can afford. Decoders read such streams one after another as one
-// stream, so chunks compress apart, on as many cores as there are, and
-// the bytes do not depend on how many there were.
+// own (a zstd frame, a gzip member). Decoders read such streams one after
+// another as one stream, so chunks compress apart, on as many cores as
+// there are, and the bytes do not depend on how many there were.
 type ChunkEncoder struct {
 	z   *zstd.Encoder
 	gz  *gzip.Writer
 	out bytes.Buffer
 }
 
-// NewChunkEncoder returns a ChunkEncoder for enc. One serves one goroutine.
-func NewChunkEncoder(enc Encoding) (*ChunkEncoder, error) {
+// NewChunkEncoder returns a ChunkEncoder for enc at level. One serves one
+// goroutine.
+func NewChunkEncoder(enc Encoding, level Level) (*ChunkEncoder, error) {
 	c := &ChunkEncoder{}
+	zlevel, gzlevel := zstd.SpeedFastest, gzip.BestSpeed
+	if level == Stored {
+		zlevel, gzlevel = zstd.SpeedDefault, gzip.DefaultCompression
+	}
 	switch enc {
 	case Zstd:
-		z, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		z, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zlevel), zstd.WithEncoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
 		c.z = z
 	case Gzip:
-		gz, err := gzip.NewWriterLevel(&c.out, gzip.BestSpeed)
+		gz, err := gzip.NewWriterLevel(&c.out, gzlevel)
 		if err != nil {
 			return nil, fmt.Errorf("gzip: %w", err)
 		}

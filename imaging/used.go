@@ -207,3 +207,30 @@ func (im *Image) nextUsedData(off int64) (data, hole int64, ok bool) {
 	start, end := im.used.NextUsed(off)
 	return start, end, true
 }
+
+// FreeAsZeros reads r, the raw bytes of the image m maps from its start,
+// with the bytes m counts free read as zeros: what a raw image read
+// through m yields (UseMap), for an image that is decoded instead.
+func FreeAsZeros(r io.Reader, m blockmap.Map) io.Reader {
+	return &freeAsZeros{r: r, m: m}
+}
+
+type freeAsZeros struct {
+	r   io.Reader
+	m   blockmap.Map
+	off int64
+}
+
+func (z *freeAsZeros) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	for at := z.off; at < z.off+int64(n); {
+		if at >= z.m.Size { // past the map's end: kept as read
+			break
+		}
+		start, end := z.m.NextUsed(at)
+		clear(p[at-z.off : min(start, z.off+int64(n))-z.off])
+		at = end
+	}
+	z.off += int64(n)
+	return n, err
+}

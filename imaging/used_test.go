@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"dolly/imaging/blockmap"
 )
@@ -197,5 +198,38 @@ func TestDecodedAtReadsBackAndStopsAtItsBudget(t *testing.T) {
 	}
 	if _, err := d.ReadAt(make([]byte, 10), 4<<20-20); err == nil || !d.over {
 		t.Fatalf("decoded past its budget: %v", err)
+	}
+}
+
+// FreeAsZeros clears exactly the free bytes, whatever the reads' sizes.
+func TestFreeAsZerosClearsTheFreeBytes(t *testing.T) {
+	const size = 10000
+	m := blockmap.Map{Size: size, Used: []blockmap.Extent{{Off: 0, Len: 100}, {Off: 1000, Len: 1}, {Off: 4096, Len: 3000}, {Off: 9999, Len: 1}}}
+	src := bytes.Repeat([]byte{0xA5}, size+50) // read past the map's end: kept
+	want := make([]byte, len(src))
+	for _, e := range m.Used {
+		copy(want[e.Off:e.End()], src[e.Off:e.End()])
+	}
+	copy(want[size:], src[size:])
+	for _, chunk := range []int{1, 7, 100, 4096, size + 50} {
+		r := FreeAsZeros(iotest.OneByteReader(bytes.NewReader(src)), m)
+		if chunk > 1 {
+			r = FreeAsZeros(bytes.NewReader(src), m)
+		}
+		var got []byte
+		buf := make([]byte, chunk)
+		for {
+			n, err := r.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("reads of %d: the free bytes are not zeros, or the used ones changed", chunk)
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (l *lendingBuffer) Write(p []byte) (int, error) {
 // fly, a chunk at a time (ChunkEncoder).
 func chunksCompressed(t testing.TB, image []byte) []byte {
 	t.Helper()
-	enc, err := NewChunkEncoder(Zstd)
+	enc, err := NewChunkEncoder(Zstd, OnTheFly)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ func TestChunkEncoderZeroRuns(t *testing.T) {
 	if zeros < 500<<10 {
 		t.Fatalf("the chunk has only %d bytes of zero runs", zeros)
 	}
-	enc, err := NewChunkEncoder(Zstd)
+	enc, err := NewChunkEncoder(Zstd, OnTheFly)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func mapImage(img *imaging.Image, allBlocks bool) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%w; or pass -zero-free to cast it without its map", err)
 		}
-		return fmt.Sprintf("captured %s: %s of %s in use; the nodes discard the free blocks where the disk can, else leave them as they are (-zero-free writes its zeros)",
+		return fmt.Sprintf("%s, as the image's own map says: %s of %s in use; the nodes discard the free blocks where the disk can, else leave them as they are (-zero-free writes its zeros)",
 			m.FS, units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size)), nil
 	}
 	if img.Encoding != imaging.Raw {

@@ -351,6 +351,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 	if s.mapNote != "" {
 		fmt.Fprintf(s.cfg.Out, "  %s\n", s.mapNote)
 	}
+	if note := packNote(s.img, packWorthIt); note != "" {
+		fmt.Fprintf(s.cfg.Out, "  %s\n", note)
+	}
 	if !s.img.Encoding.Compressed() {
 		s.printDisk() // a compressed image's, once it is scanned
 	}

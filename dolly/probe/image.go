@@ -102,7 +102,7 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	// count.
 	OnOneThread(func(clock func() time.Duration) {
 		var encoding time.Duration
-		ce, err := imaging.NewChunkEncoder(imaging.Zstd)
+		ce, err := imaging.NewChunkEncoder(imaging.Zstd, imaging.OnTheFly)
 		if err != nil {
 			failed = err
 			return

@@ -137,7 +137,7 @@ func TestProfileTellsTheRLEBlocks(t *testing.T) {
 // by part in every pass: a part of data costs more than a part of zeros,
 // whose zero frames a node never decodes.
 func TestDecodeRateTimesEachPart(t *testing.T) {
-	ce, err := imaging.NewChunkEncoder(imaging.Zstd)
+	ce, err := imaging.NewChunkEncoder(imaging.Zstd, imaging.OnTheFly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestProfileTellsTheFramesDecodedWhole(t *testing.T) {
 	if err := imaging.Compress(&large, imaging.Zstd, bytes.NewReader(data), 1); err != nil {
 		t.Fatal(err)
 	}
-	enc, err := imaging.NewChunkEncoder(imaging.Zstd)
+	enc, err := imaging.NewChunkEncoder(imaging.Zstd, imaging.OnTheFly)
 	if err != nil {
 		t.Fatal(err)
 	}

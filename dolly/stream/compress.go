@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"io"
 	"runtime"
@@ -20,17 +21,40 @@ func CompressWorkers() int {
 	return min(max(runtime.GOMAXPROCS(0), 1), maxCompressWorkers)
 }
 
-// compressOnTheFly reads the raw image from raw and digests it on one
-// goroutine, compresses it chunk by chunk (imaging.ChunkEncoder) on
-// CompressWorkers others, and hands the chunks to the pipe the encoder
-// frames, in order. On a machine of several cores the compression, the
-// source's costliest work by far, then runs on all of them.
+// compressOnTheFly has the stream carry raw compressed as send, as
+// compressChunks does it at the level a cast can afford.
 func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Reader, int64) {
+	pipe, digest := compressChunks(raw, send, imaging.OnTheFly)
+	e.later = digest
+	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
+	return pipe, -1
+}
+
+// CompressChunks writes raw to w compressed as send at level, chunk by
+// chunk as a source compressing on the fly does (on all cores), and
+// returns the digest of the raw bytes. It stops when ctx is done.
+func CompressChunks(ctx context.Context, w io.Writer, raw io.Reader, send imaging.Encoding, level imaging.Level) (imaging.Digest, error) {
+	pipe, digest := compressChunks(raw, send, level)
+	stop := context.AfterFunc(ctx, func() { pipe.CloseReader(ctx.Err()) })
+	defer stop()
+	if _, err := io.Copy(w, pipe); err != nil {
+		pipe.CloseReader(err)
+		return imaging.Digest{}, err
+	}
+	return <-digest, nil
+}
+
+// compressChunks reads the raw image from raw and digests it on one
+// goroutine, compresses it chunk by chunk (imaging.ChunkEncoder) on
+// CompressWorkers others, and hands the chunks to the pipe it returns, in
+// order. On a machine of several cores the compression, the source's
+// costliest work by far, then runs on all of them. The digest comes once
+// raw has been read to its end; closing the pipe's reader stops it all.
+func compressChunks(raw io.Reader, send imaging.Encoding, level imaging.Level) (*bufPipe, chan imaging.Digest) {
 	workers := CompressWorkers()
 	pipe := newBufPipe(2 * workers)
-	e.later = make(chan imaging.Digest, 1)
+	later := make(chan imaging.Digest, 1)
 	stopped := make(chan struct{})
-	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
 
 	type chunk struct {
 		raw, out []byte
@@ -69,7 +93,7 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 				todo <- c
 			}
 			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				e.later <- d.Sum()
+				later <- d.Sum()
 				return
 			}
 			if err != nil {
@@ -85,7 +109,7 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 	}()
 	for range workers {
 		go func() {
-			enc, err := imaging.NewChunkEncoder(send)
+			enc, err := imaging.NewChunkEncoder(send, level)
 			for c := range todo {
 				if err != nil {
 					c.err = err
@@ -117,5 +141,5 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 		}
 		pipe.CloseWriter(err)
 	}()
-	return pipe, -1
+	return pipe, later
 }

@@ -75,7 +75,7 @@ func TestCaptureRoundTrip(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("casting the captured image: dolly-server exited %d:\n%s", r.code, r.server.out.String())
 	}
-	if !strings.Contains(r.server.out.String(), "captured ext4") {
+	if !strings.Contains(r.server.out.String(), "ext4, as the image's own map says") {
 		t.Errorf("the server does not say the image holds its block map:\n%s", r.server.out.String())
 	}
 	want, _ := os.ReadFile(golden)

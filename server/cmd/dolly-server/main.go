@@ -33,6 +33,7 @@ Usage:
   dolly-server -preview -topology FILE [-image PATH] [-o json]
   dolly-server -build-initramfs FILE [-kernel PATH]
   dolly-server -capture -o FILE [-listen HOST:PORT] [-key FILE]
+  dolly-server -pack -image PATH -o FILE [-zero-free]
   dolly-server help | --help | --version
 
 Nodes run "dolly -server HOST:PORT" (or netboot into it) and join, each sending
@@ -79,6 +80,11 @@ the cast's events to stdout as lines of JSON, for scripts.
 
 Images: raw, zstd (.zst) or gzip (.gz), detected by content. Compressed images
 travel compressed and are decoded on each node; runs of zeros are not sent.
+-pack -image PATH -o FILE stores an image, once, the way a cast takes it best:
+its file systems' free blocks as zeros (a used disk's old data neither fills
+the file nor travels) and its block map first, as -capture stores a disk, then
+zstd in frames of 2 MiB of image, which each node decodes straight into the
+buffers its disk is written from.
 
 ` + cli.ExitCodes + `
 Examples:
@@ -90,6 +96,7 @@ Examples:
   dolly-server -image nt.img -nodes 24 -target /dev/sda2 -yes -o json > events.jsonl
   dolly-server -preview -topology capacity/examples/patagonia-gbe.json
   dolly-server -capture -o golden.img.zst     (then on the golden PC: dolly capture -server HOST -source /dev/sda)
+  dolly-server -pack -image nt.img -o nt.img.zst
   dolly-server -image disk.img -nodes 24 -target /dev/sda -grow-last
 
 Options:
@@ -115,8 +122,9 @@ func run() int {
 	allBlocks := fs.Bool("all-blocks", false, "the same as -zero-free")
 	topology := fs.String("topology", "", "topology file describing switches, links and machines (default: one switch)")
 	preview := fs.Bool("preview", false, "print the capacity model's prediction for every plan and exit")
-	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON. With -capture: the image file to store")
+	output := fs.StringP("output", "o", "text", "text, or json: a cast writes its events to stdout as lines of JSON (the terminal view goes to stderr); -preview prints its table as JSON. With -capture or -pack: the image file to store")
 	captureMode := fs.Bool("capture", false, "store a golden PC's disk as an image instead of casting: -capture -o FILE waits for one dolly capture -server HOST:PORT -source DISK, and writes FILE (zstd, with the disk's block map)")
+	packMode := fs.Bool("pack", false, "store -image as -o FILE instead of casting: its block map first, the free blocks as zeros (unless -zero-free), then zstd in frames of 2 MiB of image, which nodes decode whole")
 	httpAddr := fs.String("http", defaultHTTP, "address of the status page and /metrics (read-only); off: none. With -boot they are on the netboot HTTP port")
 	maxRate := fs.String("max-rate", "", "limit the source's sending rate, e.g. 20MB/s or 100Mbit")
 	frameSize := fs.String("frame-size", "1MiB", "frame (segment) size: smaller frames fill a long chain sooner")
@@ -179,6 +187,17 @@ func run() int {
 		}
 		return runCapture(captureArgs{listen: *listen, output: *output, keyFile: *keyFile, target: *target, after: after,
 			progressEvery: *progressEvery, verbose: *verbose, boot: bootf})
+	}
+	if *packMode {
+		switch {
+		case *preview || *serve:
+			return usageErr("-pack stores an image: leave -preview and -serve out")
+		case *image == "":
+			return usageErr("-pack needs -image PATH, the image to store")
+		case *output == "text" || *output == "json" || *output == "":
+			return usageErr("-pack needs -o FILE, the image to write (e.g. -o nt.img.zst)")
+		}
+		return runPack(server.PackConfig{Image: *image, Output: *output, AllBlocks: *allBlocks || *zeroFree, ProgressEvery: *progressEvery})
 	}
 	if *output != "text" && *output != "json" {
 		return usageErr("-o %q: want text or json", *output)
@@ -464,6 +483,25 @@ func runCapture(a captureArgs) int {
 	fmt.Printf("captured %s of %s: %s raw, %s in use, stored as %s (%s) in %.1fs; digest %s\n", sum.Source, sum.Node,
 		units.FormatBytes(sum.Size), units.FormatBytes(sum.Used), a.output, units.FormatBytes(sum.Stored), sum.Seconds, sum.Digest.Short())
 	return 0
+}
+
+// runPack is dolly-server -pack -image PATH -o FILE.
+func runPack(cfg server.PackConfig) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.Out = os.Stdout
+	fmt.Printf("dolly-server: packing %s to %s\n", cfg.Image, cfg.Output)
+	sum, err := server.Pack(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dolly-server: %v\n", err)
+		if !sum.Started {
+			return cli.ExitNotStarted
+		}
+		return cli.ExitFailed
+	}
+	fmt.Printf("packed %s: %s raw, %s in use, stored as %s (%s) in %.1fs, checked; digest %s\n", cfg.Image,
+		units.FormatBytes(sum.Size), units.FormatBytes(sum.Used), cfg.Output, units.FormatBytes(sum.Stored), sum.Seconds, sum.Digest.Short())
+	return cli.ExitOK
 }
 
 func runPreview(ctx context.Context, topo *capacity.Topology, image string, frameSize int, allBlocks bool, output string) int {
