@@ -98,3 +98,39 @@ func TestSlowerCodecsLeavesTheNetwork(t *testing.T) {
 		}
 	}
 }
+
+// A tree or star runs only if it beats the best chain the operator allows
+// by more than chainMargin; the chain that stands in is the fastest one.
+func TestPreferChain(t *testing.T) {
+	zstd := capacity.Compression{Codec: "zstd", Factor: 3}
+	result := func(kind capacity.Kind, fanout int, comp capacity.Compression, rate float64) capacity.Result {
+		return capacity.Result{Plan: capacity.Plan{Tree: capacity.Tree{Kind: kind, Fanout: fanout}, Compression: comp}, Rate: rate}
+	}
+	rate := func(r capacity.Result) float64 { return r.Rate }
+	anyComp := func(capacity.Compression) bool { return true }
+	rawOnly := func(c capacity.Compression) bool { return !c.Enabled() }
+	tests := []struct {
+		name      string
+		pool      []capacity.Result
+		chosen    int // index in pool
+		allowed   func(capacity.Compression) bool
+		wantChain bool
+		wantRate  float64 // of the chain that runs instead
+	}{
+		{"a 3-tree 10% ahead", []capacity.Result{result(capacity.KindTree, 3, zstd, 110e6), result(capacity.KindChain, 1, zstd, 100e6)}, 0, anyComp, true, 100e6},
+		{"a 3-tree 20% ahead", []capacity.Result{result(capacity.KindTree, 3, zstd, 120e6), result(capacity.KindChain, 1, zstd, 100e6)}, 0, anyComp, false, 0},
+		{"a star 14% ahead of the faster chain",
+			[]capacity.Result{result(capacity.KindStar, 8, capacity.Compression{}, 114e6), result(capacity.KindChain, 1, capacity.Compression{}, 60e6), result(capacity.KindChain, 1, zstd, 100e6)}, 0, anyComp, true, 100e6},
+		{"the only chain allowed is far behind",
+			[]capacity.Result{result(capacity.KindTree, 2, capacity.Compression{}, 110e6), result(capacity.KindChain, 1, capacity.Compression{}, 50e6), result(capacity.KindChain, 1, zstd, 105e6)}, 0, rawOnly, false, 0},
+		{"a chain is chosen already", []capacity.Result{result(capacity.KindChain, 1, zstd, 100e6), result(capacity.KindTree, 3, zstd, 99e6)}, 0, anyComp, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := preferChain(tt.pool, tt.allowed, tt.pool[tt.chosen], rate)
+			if ok != tt.wantChain || ok && got.Rate != tt.wantRate {
+				t.Errorf("preferChain: chain %v at %.0f MB/s; want %v at %.0f", ok, got.Rate/1e6, tt.wantChain, tt.wantRate/1e6)
+			}
+		})
+	}
+}
