@@ -129,7 +129,8 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 //	raw as raw:           scan what is read for zero runs (s: all of it, less a sparse file's holes),
 //	                      CRC the data (d; the digest takes the frames' CRCs)
 //	compressed as stored: CRC the frames (w)
-//	raw, compressed here: digest the data (d), compress it (d/compress), CRC (w); one thread
+//	raw, compressed here: (s: 1, of which the disk reads all but the holes)
+//	                      digest the data (d), compress it (d/compress), CRC (w); one thread
 //	                      reads, digests and compresses the stream, so that is one core's work
 //	compressed, sent raw: decompress (1/decompress, one stream), scan for zero runs (1), CRC (d)
 //
@@ -154,9 +155,12 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 		stored = 1 - st.unreadHoles()
 	}
 	var passes, convert float64
+	holes := 0.0 // of what is read, what comes off no disk
 	switch st.conversion() {
 	case "compress":
-		stored = 1
+		// The compressor takes every raw byte, but the file's holes (and
+		// the blocks a map leaves out) come off no disk.
+		stored, holes = 1, st.unreadHoles()
 		rate, err := r.compressRate(st.Codec)
 		if err != nil {
 			return err
@@ -180,8 +184,9 @@ func dollySourceLimits(h *hostLimits, r Resources, out int, st stream) error {
 			passes = stored + d // scan what is read, CRC the data once
 		}
 	}
-	h.add(DiskLimit, flow, stored, r.Disk)
-	h.add(IOBusLimit, flow, stored+o*w, r.IOBus)
+	read := stored - holes
+	h.add(DiskLimit, flow, read, r.Disk)
+	h.add(IOBusLimit, flow, read+o*w, r.IOBus)
 	h.add(MemoryLimit, flow, 3*stored+passes+3*o*w, r.Memory)
 	send := o*w*share(r.CPU.Copy) + o*w*share(r.CPU.Net)
 	if r.CPU.Feed > 0 && out > 0 {

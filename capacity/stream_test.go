@@ -104,6 +104,16 @@ func TestSourceConversions(t *testing.T) {
 	if disk := find(t, onTheFly, DiskLimit, "src"); !near(disk.Coef, 1) {
 		t.Errorf("compressing source reads %v per raw byte, want 1", disk.Coef)
 	}
+	// A sparse image's holes (and the blocks its map leaves out) come off
+	// no disk, though the compressor takes them.
+	sparse := evaluateWith(t, net, Chain(2), zstd, Options{Stored: &raw, ZeroFraction: 0.7, HoleFraction: 0.6})
+	if disk := find(t, sparse, DiskLimit, "src"); !near(disk.Coef, 0.4) {
+		t.Errorf("compressing source of an image 60%% holes reads %v per raw byte, want 0.4", disk.Coef)
+	}
+	dense := evaluateWith(t, net, Chain(2), zstd, Options{Stored: &raw, ZeroFraction: 0.7})
+	if thread, full := find(t, sparse, CompressLimit, "src"), find(t, dense, CompressLimit, "src"); !near(thread.Coef, full.Coef) {
+		t.Errorf("compressing thread of an image 60%% holes: %v, want %v as for one without holes", thread.Coef, full.Coef)
+	}
 	// One thread reads, digests and compresses, however many cores the
 	// source has: read 1, digest 1, compress 1 at 0.1 GB/s, on one core.
 	thread := find(t, onTheFly, CompressLimit, "src")
