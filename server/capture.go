@@ -150,8 +150,8 @@ type captured struct {
 	err error
 }
 
-// errAppeared means a file took the image's name while the capture ran.
-var errAppeared = errors.New("appeared while the capture ran")
+// errAppeared means a file took the image's name while it was written.
+var errAppeared = errors.New("appeared while the image was written")
 
 // publish puts the whole image at its name, never over a file that
 // appeared there meanwhile, and syncs the directory.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,23 +78,25 @@ func Pack(ctx context.Context, cfg PackConfig) (PackSummary, error) {
 			return PackSummary{}, err
 		}
 	}
-	raw, m, err := packSource(im, cfg.AllBlocks)
+	raw, m, note, err := packSource(im, cfg.AllBlocks)
 	if err != nil {
 		return PackSummary{}, err
 	}
 	if closer, ok := raw.(io.Closer); ok {
 		defer closer.Close()
 	}
+	fmt.Fprintf(cfg.Out, "dolly-server: %s\n", note)
 	sum := PackSummary{Size: im.Size, Used: im.Size}
 	if m != nil {
 		sum.Used, sum.FS = m.UsedBytes(), m.FS
-		fmt.Fprintf(cfg.Out, "dolly-server: %s: %s of %s in use; the free blocks are stored as zeros (-zero-free keeps them)\n",
-			m.FS, units.FormatBytes(sum.Used), units.FormatBytes(sum.Size))
 	}
 
 	partial := cfg.Output + ".partial"
 	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return sum, fmt.Errorf("%s exists: a -pack to %s is running, or one that stopped left it (then remove it)", partial, cfg.Output)
+	case err != nil:
 		return sum, fmt.Errorf("packing to %s: %w", cfg.Output, err)
 	}
 	sum.Started = true
@@ -147,44 +150,61 @@ func Pack(ctx context.Context, cfg PackConfig) (PackSummary, error) {
 }
 
 // packSource is the raw image to pack, its free blocks read as zeros
-// where a map says which are free, and that map (nil: every block kept).
-func packSource(im *imaging.Image, allBlocks bool) (io.Reader, *blockmap.Map, error) {
+// where a map says which are free, that map (nil: every block kept), and
+// what it says of the blocks, for the console.
+func packSource(im *imaging.Image, allBlocks bool) (io.Reader, *blockmap.Map, string, error) {
+	const whole = "every block is stored as it is"
 	if im.Encoding == imaging.Raw {
 		if _, err := mapImage(im, allBlocks); err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
-		return im.Stream(), im.UsedMap(), nil
+		m := im.UsedMap()
+		switch {
+		case m != nil:
+			return im.Stream(), m, usedNote(*m, "the free blocks are stored as zeros (-zero-free keeps them as they are)"), nil
+		case allBlocks:
+			return im.Stream(), nil, "-zero-free: " + whole, nil
+		}
+		return im.Stream(), nil, "no file system it maps: " + whole, nil
 	}
 	dec, err := imaging.NewDecoder(im.Encoding, im.Stream())
 	if err != nil {
-		return nil, nil, fmt.Errorf("image %s: %w", im.Path, err)
+		return nil, nil, "", fmt.Errorf("image %s: %w", im.Path, err)
+	}
+	fail := func(err error) (io.Reader, *blockmap.Map, string, error) {
+		dec.Close()
+		return nil, nil, "", err
+	}
+	// A captured or packed image says which blocks are free and holds
+	// them as zeros already: its map stays, -zero-free or not.
+	switch m, err := im.StoredMap(); {
+	case err != nil:
+		return fail(fmt.Errorf("%w; or pass -zero-free to keep every block as it is", err))
+	case m != nil:
+		return dec, m, usedNote(*m, "its own map; the free blocks are zeros already"), nil
 	}
 	if allBlocks {
-		return dec, nil, nil
+		return dec, nil, "-zero-free: " + whole, nil
 	}
-	// A captured or packed image says which blocks are free (and holds
-	// them as zeros); another is mapped from its decoded file system.
-	m, err := im.StoredMap()
-	if err == nil && m == nil {
-		var read blockmap.Map
-		switch read, err = im.ReadMap(); {
-		case errors.Is(err, blockmap.ErrUnknown):
-			err = nil
-		case err == nil:
-			m = &read
-		}
-	}
-	if err != nil {
-		dec.Close()
-		return nil, nil, fmt.Errorf("%w; or pass -zero-free to keep every block as it is", err)
-	}
-	if m == nil {
-		return dec, nil, nil
+	// Another is mapped from its decoded file system.
+	m, err := im.ReadMap()
+	switch {
+	case errors.Is(err, imaging.ErrMapTooFar):
+		return dec, nil, fmt.Sprintf("%v: %s", err, whole), nil
+	case errors.Is(err, blockmap.ErrUnknown):
+		return dec, nil, "no file system it maps: " + whole, nil
+	case err != nil:
+		return fail(fmt.Errorf("%w; or pass -zero-free to keep every block as it is", err))
 	}
 	return struct {
 		io.Reader
 		io.Closer
-	}{imaging.FreeAsZeros(dec, *m), dec}, m, nil
+	}{imaging.FreeAsZeros(dec, m), dec}, &m, usedNote(m, "the free blocks are stored as zeros (-zero-free keeps them as they are)"), nil
+}
+
+// usedNote says how much of its image m keeps, and then what.
+func usedNote(m blockmap.Map, then string) string {
+	return fmt.Sprintf("%s: %s of %s in use; %s", cmp.Or(m.FS, "block map"), units.FormatBytes(m.UsedBytes()), units.FormatBytes(m.Size), then)
 }
 
 // checkPacked decodes the packed file at path and compares it with what
@@ -259,7 +279,7 @@ func packNote(img *imaging.Image, worthIt int64) string {
 	how := fmt.Sprintf("dolly-server -pack -image %s -o FILE", img.Path)
 	switch img.Encoding {
 	case imaging.Gzip:
-		return fmt.Sprintf("gzip decodes slower than zstd on every node: %s stores it as zstd, with its block map", how)
+		return fmt.Sprintf("gzip decodes slower than zstd on every node: %s stores it as zstd", how)
 	case imaging.Zstd:
 		c, err := img.ZstdCounts()
 		if err != nil || c.Whole > 0 {

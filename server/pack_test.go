@@ -2,14 +2,19 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"dolly/imaging"
+	"dolly/internal/testenv"
+	"dolly/internal/testimage"
 )
 
 // A gzip image, and a zstd one in one large frame, pack to an image that
@@ -71,4 +76,38 @@ func decodedSHA256(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// A pack that fails once it has begun to write (here its file system
+// fills) says why and leaves nothing behind: no image, no .partial.
+func TestPackThatFailsLeavesNothing(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	os.Mkdir(full, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", full).CombinedOutput(); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", full).Run() })
+	// Random bytes do not compress: 8 MiB of them cannot fit in 1 MiB.
+	img := filepath.Join(dir, "random.img")
+	b := make([]byte, 8<<20)
+	rand.Read(b)
+	os.WriteFile(img, b, 0o644)
+	gz := img + ".gz"
+	if err := testimage.Compress(img, gz, imaging.Gzip); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{img, gz} {
+		out := filepath.Join(full, "packed.zst")
+		sum, err := Pack(context.Background(), PackConfig{Image: src, Output: out})
+		if err == nil || !sum.Started || !strings.Contains(err.Error(), "no space left") {
+			t.Errorf("%s: Pack onto a full file system: started %v, error %v", filepath.Base(src), sum.Started, err)
+		}
+		for _, left := range []string{out, out + ".partial"} {
+			if _, err := os.Stat(left); err == nil {
+				t.Errorf("%s: %s is left after the pack failed", filepath.Base(src), filepath.Base(left))
+			}
+		}
+	}
 }

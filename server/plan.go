@@ -179,15 +179,20 @@ func Choose(net capacity.Network, opt capacity.Options, shape capacity.Kind, fan
 			ch.Result = r
 		}
 	}
+	doubted := ch.Result
+	var chainNote string
 	if shape == "" {
-		if chain, ok := preferChain(pool, allowed, ch.Result, doubt.rate); ok {
-			ch.Notes = append(ch.Notes, fmt.Sprintf("%s runs, not %s: a tree or star must beat the best chain by more than %.0f%%, the model's margin of error, as it loads its parents' links with several streams where a chain loads each with one (%s against %s MB/s, with the codecs' figures in doubt)",
-				planName(chain), planName(ch.Result), 100*(chainMargin-1), mbps(doubt.rate(ch.Result)), mbps(doubt.rate(chain))))
+		if chain, ok := preferChain(pool, allowed, doubted, doubt.rate); ok {
+			chainNote = fmt.Sprintf("%s runs, not %s: a tree or star must beat the best chain by more than %.0f%%, the model's margin of error, as it loads its parents' links with several streams where a chain loads each with one (the chain %s MB/s, the other %s, with the codecs' figures in doubt)",
+				planName(chain), planName(doubted), 100*(chainMargin-1), mbps(doubt.rate(chain)), mbps(doubt.rate(doubted)))
 			ch.Result = chain
 		}
 	}
-	if len(ch.Notes) == 0 && !sameShape(ch.Result.Plan, best.Plan) {
+	if !sameShape(doubted.Plan, best.Plan) && !sameShape(ch.Result.Plan, best.Plan) {
 		ch.Notes = append(ch.Notes, doubt.whyNot(best, ch.Result))
+	}
+	if chainNote != "" {
+		ch.Notes = append(ch.Notes, chainNote)
 	}
 	ch.Send = wireEncoding(ch.Result.Plan.Compression, stored)
 	ch.Modeled = ch.Result.Rate > 0 && ch.Result.Rate < 1e15

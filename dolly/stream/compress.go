@@ -38,7 +38,10 @@ func CompressChunks(ctx context.Context, w io.Writer, raw io.Reader, send imagin
 	stop := context.AfterFunc(ctx, func() { pipe.CloseReader(ctx.Err()) })
 	defer stop()
 	if _, err := io.Copy(w, pipe); err != nil {
+		// The pipe ends once its writer has drained the chunks, and that
+		// is after the reader let go of raw, which the caller may close.
 		pipe.CloseReader(err)
+		io.Copy(io.Discard, pipe)
 		return imaging.Digest{}, err
 	}
 	return <-digest, nil
