@@ -100,11 +100,16 @@ func TestSlowerCodecsLeavesTheNetwork(t *testing.T) {
 }
 
 // A tree or star runs only if it beats the best chain the operator allows
-// by more than chainMargin; the chain that stands in is the fastest one.
+// by more than chainMargin, unless links alone bind both; the chain that
+// stands in is the fastest one.
 func TestPreferChain(t *testing.T) {
 	zstd := capacity.Compression{Codec: "zstd", Factor: 3}
 	result := func(kind capacity.Kind, fanout int, comp capacity.Compression, rate float64) capacity.Result {
 		return capacity.Result{Plan: capacity.Plan{Tree: capacity.Tree{Kind: kind, Fanout: fanout}, Compression: comp}, Rate: rate}
+	}
+	linkBound := func(r capacity.Result) capacity.Result {
+		r.Binding = []capacity.Constraint{{Kind: capacity.LinkLimit}}
+		return r
 	}
 	rate := func(r capacity.Result) float64 { return r.Rate }
 	anyComp := func(capacity.Compression) bool { return true }
@@ -123,6 +128,10 @@ func TestPreferChain(t *testing.T) {
 			[]capacity.Result{result(capacity.KindStar, 8, capacity.Compression{}, 114e6), result(capacity.KindChain, 1, capacity.Compression{}, 60e6), result(capacity.KindChain, 1, zstd, 100e6)}, 0, anyComp, true, 100e6},
 		{"the only chain allowed is far behind",
 			[]capacity.Result{result(capacity.KindTree, 2, capacity.Compression{}, 110e6), result(capacity.KindChain, 1, capacity.Compression{}, 50e6), result(capacity.KindChain, 1, zstd, 105e6)}, 0, rawOnly, false, 0},
+		{"links alone bind both, the star 0% ahead",
+			[]capacity.Result{linkBound(result(capacity.KindStar, 4, capacity.Compression{}, 100e6)), linkBound(result(capacity.KindChain, 1, capacity.Compression{}, 100e6))}, 0, anyComp, false, 0},
+		{"links bind the star, the CPU the chain",
+			[]capacity.Result{linkBound(result(capacity.KindStar, 4, capacity.Compression{}, 105e6)), result(capacity.KindChain, 1, capacity.Compression{}, 100e6)}, 0, anyComp, true, 100e6},
 		{"a chain is chosen already", []capacity.Result{result(capacity.KindChain, 1, zstd, 100e6), result(capacity.KindTree, 3, zstd, 99e6)}, 0, anyComp, false, 0},
 	}
 	for _, tt := range tests {
