@@ -314,21 +314,29 @@ func (c *capture) receive(ctx context.Context, conn *control.Conn, h *control.He
 
 // progress prints how far the capture is until the returned stop.
 func (c *capture) progress(node string, size int64, counters *stream.Counters) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
 	start := time.Now()
+	return every(c.cfg.ProgressEvery, func() {
+		raw := counters.Written.Load()
+		fmt.Fprintf(c.cfg.Out, "  %s: %5.1f%% of %s, %s stored, %.1f MB/s\n", node, 100*float64(raw)/float64(max(size, 1)),
+			units.FormatBytes(size), units.FormatBytes(counters.Stream.Load()), float64(raw)/1e6/time.Since(start).Seconds())
+	})
+}
+
+// every calls f every period, from a goroutine of its own, until the
+// returned stop, which returns once f is no longer running.
+func every(period time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(c.cfg.ProgressEvery)
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
 			case <-quit:
 				return
 			case <-t.C:
+				f()
 			}
-			raw := counters.Written.Load()
-			fmt.Fprintf(c.cfg.Out, "  %s: %5.1f%% of %s, %s stored, %.1f MB/s\n", node, 100*float64(raw)/float64(max(size, 1)),
-				units.FormatBytes(size), units.FormatBytes(counters.Stream.Load()), float64(raw)/1e6/time.Since(start).Seconds())
 		}
 	}()
 	return func() { close(quit); <-done }

@@ -234,27 +234,15 @@ func checkPacked(ctx context.Context, path string, want PackSummary, mapped bool
 // packProgress prints how far a pass over the image is (what done says,
 // of size if known: >= 0) until the returned stop.
 func packProgress(cfg PackConfig, what string, size int64, done *atomic.Int64, start time.Time) (stop func()) {
-	quit, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(cfg.ProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			n := done.Load()
-			rate := float64(n) / 1e6 / time.Since(start).Seconds()
-			if size < 0 {
-				fmt.Fprintf(cfg.Out, "  %s %s, %.1f MB/s\n", what, units.FormatBytes(n), rate)
-			} else {
-				fmt.Fprintf(cfg.Out, "  %s %5.1f%% of %s, %.1f MB/s\n", what, 100*float64(n)/float64(max(size, 1)), units.FormatBytes(size), rate)
-			}
+	return every(cfg.ProgressEvery, func() {
+		n := done.Load()
+		rate := float64(n) / 1e6 / time.Since(start).Seconds()
+		if size < 0 {
+			fmt.Fprintf(cfg.Out, "  %s %s, %.1f MB/s\n", what, units.FormatBytes(n), rate)
+		} else {
+			fmt.Fprintf(cfg.Out, "  %s %5.1f%% of %s, %.1f MB/s\n", what, 100*float64(n)/float64(max(size, 1)), units.FormatBytes(size), rate)
 		}
-	}()
-	return func() { close(quit); <-ended }
+	})
 }
 
 // countingReader counts what it reads, for another goroutine to show.

@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,33 +46,13 @@ func TestPackAndItsSuggestion(t *testing.T) {
 		if sum.Size != size || sum.Used != size || !sum.Started {
 			t.Errorf("%s: summary %+v", enc, sum)
 		}
-		if got := decodedSHA256(t, out); got != want {
+		if got, err := testimage.DecodedSHA256(out); err != nil || got != want {
 			t.Errorf("%s: the packed image decodes to other bytes", enc)
 		}
 		if n := note(out, 0); n != "" {
 			t.Errorf("%s: the packed image still gets: %q", enc, n)
 		}
 	}
-}
-
-// decodedSHA256 is the sha256 of what the compressed image at path decodes to.
-func decodedSHA256(t *testing.T, path string) string {
-	t.Helper()
-	im, err := imaging.OpenImage(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer im.Close()
-	dec, err := imaging.NewDecoder(im.Encoding, im.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, dec); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // A pack that fails once it has begun to write (here its file system

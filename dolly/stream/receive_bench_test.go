@@ -32,28 +32,9 @@ func BenchmarkReceive(b *testing.B) {
 	if err := testimage.Write(raw, size, 11, testimage.Typical); err != nil {
 		b.Fatal(err)
 	}
-	images := []struct {
-		name string
-		path string
-		send imaging.Encoding
-	}{
-		{"raw", raw, imaging.Raw},
-		{"zstd-on-the-fly", raw, imaging.Zstd},
-	}
-	// A stored image as users make one, by zstd's tool: one frame whose
-	// free space is blocks of zeros.
-	if _, err := exec.LookPath("zstd"); err == nil {
-		zst := raw + ".zst"
-		if out, err := exec.Command("zstd", "-q", "-3", raw, "-o", zst).CombinedOutput(); err != nil {
-			b.Fatalf("zstd: %v: %s", err, out)
-		}
-		images = append(images, struct {
-			name string
-			path string
-			send imaging.Encoding
-		}{"zstd-stored", zst, imaging.Zstd})
-	} else {
-		b.Log("zstd's tool is missing: no stored zstd case (apt-get install zstd)")
+	images := []benchImage{{"raw", raw, imaging.Raw}, {"zstd-on-the-fly", raw, imaging.Zstd}}
+	if zst := zstdToolImage(b, raw); zst != "" {
+		images = append(images, benchImage{"zstd-stored", zst, imaging.Zstd})
 	}
 	for _, im := range images {
 		b.Run(im.name, func(b *testing.B) {
@@ -92,29 +73,15 @@ func BenchmarkReceiveToDisk(b *testing.B) {
 	}
 	backing.Close()
 	dev := testenv.LoopDevice(b, backing.Name())
-	images := []struct {
-		name string
-		path string
-		send imaging.Encoding
-	}{
+	images := []benchImage{
 		{"raw", raw, imaging.Raw},
 		{"zstd", raw, imaging.Zstd}, // compressed on the fly
 		{"zstd-packed", packed(b, raw), imaging.Zstd},
 	}
 	// The same image from zstd's tool: one frame, too large to decode
 	// whole, so its bytes are copied into the disk's buffers.
-	if _, err := exec.LookPath("zstd"); err == nil {
-		zst := raw + ".zst"
-		if out, err := exec.Command("zstd", "-q", "-3", raw, "-o", zst).CombinedOutput(); err != nil {
-			b.Fatalf("zstd: %v: %s", err, out)
-		}
-		images = append(images, struct {
-			name string
-			path string
-			send imaging.Encoding
-		}{"zstd-tool", zst, imaging.Zstd})
-	} else {
-		b.Log("zstd's tool is missing: no zstd-tool case (apt-get install zstd)")
+	if zst := zstdToolImage(b, raw); zst != "" {
+		images = append(images, benchImage{"zstd-tool", zst, imaging.Zstd})
 	}
 	for _, im := range images {
 		b.Run(im.name, func(b *testing.B) {
@@ -161,4 +128,27 @@ func packed(b *testing.B, path string) string {
 		b.Fatal(err)
 	}
 	return out.Name()
+}
+
+// benchImage is an image a benchmark receives, sent as send.
+type benchImage struct {
+	name string
+	path string
+	send imaging.Encoding
+}
+
+// zstdToolImage compresses the raw image at path with zstd's own tool, as
+// users make a stored image (one frame whose free space is blocks of
+// zeros), and returns its path; "" without the tool.
+func zstdToolImage(b *testing.B, path string) string {
+	b.Helper()
+	if _, err := exec.LookPath("zstd"); err != nil {
+		b.Log("zstd's tool is missing: no case of its image (apt-get install zstd)")
+		return ""
+	}
+	zst := path + ".zst"
+	if out, err := exec.Command("zstd", "-q", "-f", "-3", path, "-o", zst).CombinedOutput(); err != nil {
+		b.Fatalf("zstd: %v: %s", err, out)
+	}
+	return zst
 }

@@ -50,6 +50,24 @@ func dirtyExt4(t *testing.T, dir string, size, keep int64) (img string, kept []b
 	return img, kept
 }
 
+// checkKeptFile checks that each ext4 target checks clean and holds the
+// file dirtyExt4 kept, byte for byte.
+func checkKeptFile(t *testing.T, dir string, targets []string, kept []byte) {
+	t.Helper()
+	for i, tg := range targets {
+		if out, err := exec.Command("e2fsck", "-fn", tg).CombinedOutput(); err != nil {
+			t.Errorf("pc%02d: e2fsck -fn: %v\n%s", i+1, err, out)
+		}
+		dump := filepath.Join(dir, fmt.Sprintf("dump%d", i))
+		if out, err := exec.Command("debugfs", "-R", "dump etc/keep "+dump, tg).CombinedOutput(); err != nil {
+			t.Fatalf("pc%02d: debugfs dump: %v\n%s", i+1, err, out)
+		}
+		if got, _ := os.ReadFile(dump); !bytes.Equal(got, kept) {
+			t.Errorf("pc%02d: etc/keep holds %d bytes unlike the golden file's %d", i+1, len(got), len(kept))
+		}
+	}
+}
+
 // A used ext4 image casts its blocks in use only: the free space, full of
 // a deleted file's data, is not sent; every target checks clean and holds
 // the file. -zero-free casts it byte for byte.
@@ -97,18 +115,7 @@ func TestDirtyExt4CastsItsUsedBlocks(t *testing.T) {
 	if limit := int64(keep) * 3 / 2; rep.StreamBytes > limit {
 		t.Errorf("the stream carried %d bytes for a %d-byte file: the free space went too", rep.StreamBytes, keep)
 	}
-	for i, tg := range ts {
-		if out, err := exec.Command("e2fsck", "-fn", tg).CombinedOutput(); err != nil {
-			t.Errorf("pc%02d: e2fsck -fn: %v\n%s", i+1, err, out)
-		}
-		dump := filepath.Join(dir, fmt.Sprintf("dump%d", i))
-		if out, err := exec.Command("debugfs", "-R", "dump etc/keep "+dump, tg).CombinedOutput(); err != nil {
-			t.Fatalf("pc%02d: debugfs dump: %v\n%s", i+1, err, out)
-		}
-		if got, _ := os.ReadFile(dump); !bytes.Equal(got, kept) {
-			t.Errorf("pc%02d: etc/keep holds %d bytes unlike the golden file's %d", i+1, len(got), len(kept))
-		}
-	}
+	checkKeptFile(t, dir, ts, kept)
 
 	// Compressed on the fly, the free blocks are zeros to the compressor.
 	if z, _, _ := cast("zstd", "-compress", "yes"); z.StreamBytes > int64(keep)*3/2 {

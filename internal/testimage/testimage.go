@@ -136,3 +136,23 @@ func SHA256(path string, n int64) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// DecodedSHA256 returns the hex SHA-256 of what the image at path decodes
+// to (its bytes, if raw).
+func DecodedSHA256(path string) (string, error) {
+	im, err := imaging.OpenImage(path)
+	if err != nil {
+		return "", err
+	}
+	defer im.Close()
+	dec, err := imaging.NewDecoder(im.Encoding, im.Stream())
+	if err != nil {
+		return "", err
+	}
+	defer dec.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, dec); err != nil {
+		return "", fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
