@@ -44,26 +44,38 @@ const maxHoleWalk = 1 << 20
 // HoleBytes is how much of the image the source sends as zero runs
 // without reading it (see HoleRun); ok is false when that is not known.
 func (im *Image) HoleBytes(ctx context.Context) (holes int64, ok bool) {
+	ok = im.HoleRuns(ctx, func(off, end int64) { holes += end - off })
+	if !ok {
+		return 0, false
+	}
+	return holes, true
+}
+
+// HoleRuns calls run, in order, for each stretch [off, end) of the image
+// that the source sends as a zero run without reading it (see HoleRun).
+// It returns false, having called run for some of them perhaps, when the
+// file system cannot tell or the file is fragmented beyond maxHoleWalk.
+func (im *Image) HoleRuns(ctx context.Context, run func(off, end int64)) bool {
 	size := im.StreamSize
 	for off, i := int64(0), 0; off < size; i++ {
 		if i == maxHoleWalk || ctx.Err() != nil {
-			return 0, false
+			return false
 		}
 		data, hole, ok := im.NextData(off)
 		if !ok {
-			return 0, false
+			return false
 		}
 		if end, skip := HoleRun(off, data, size); skip {
-			holes += end - off
+			run(off, end)
 			off = end
 			continue
 		}
 		// Read up to the next hole, from its first whole block on.
 		next := min(size, (hole+ZeroBlock-1)/ZeroBlock*ZeroBlock)
 		if next <= off {
-			return 0, false // the file system contradicts itself
+			return false // the file system contradicts itself
 		}
 		off = next
 	}
-	return holes, true
+	return true
 }

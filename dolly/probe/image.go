@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"dolly/imaging"
@@ -91,10 +92,21 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	}
 	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
 	p.Sampled, p.Codec = true, imaging.Zstd
+	// Holes are zero runs known exactly, where samples only estimate: each
+	// stretch's are counted, and its sample is taken from its data. A
+	// sample at a fixed place in each stretch sees the same place of a
+	// pattern that repeats with the stretch (data and holes in turn), and
+	// would take every stretch for all data or all zeros.
+	var holes holeMap
+	holesKnown := im.HoleRuns(ctx, func(off, end int64) { holes = append(holes, span{off, end}) })
+	if !holesKnown {
+		holes = nil
+	}
 	buf := make([]byte, profileSample)
 	step := max(im.Size/profileSamples/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
 	var packed []byte
 	var parts []tallyPart
+	var scales []float64 // what each part's sample stands for, for its decoding time
 	var sizes []int
 	var failed error
 	// One encoder on one thread, timed by the thread's own clock: other
@@ -110,10 +122,15 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 		// Each sample is compressed as the cast compresses a chunk (its
 		// zero runs as zero frames), in frames of its own, so that each
 		// piece's factor is its own data's.
-		for off := int64(0); off < im.Size; off += step {
+		for start := int64(0); start < im.Size; start += step {
 			if err := ctx.Err(); err != nil {
 				failed = err
 				return
+			}
+			end := min(start+step, im.Size)
+			off := holes.dataFrom(start)
+			if off >= end { // all holes: its sample reads zeros
+				off = start
 			}
 			n, err := im.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
 			if err != nil && err != io.EOF {
@@ -121,27 +138,28 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 				return
 			}
 			eof := off+int64(n) == im.Size
-			part := tallyPart{size: min(step, im.Size-off), raw: int64(n)}
+			var zero int64
 			imaging.Segments(buf[:n], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
 				if s.Zero {
-					part.zero += int64(s.Len)
+					zero += int64(s.Len)
 				}
 			})
 			before := len(packed)
-			start := clock()
+			t := clock()
 			packed, err = ce.Encode(packed, buf[:n], off, eof)
-			encoding += clock() - start
+			encoding += clock() - t
 			if err != nil {
 				failed = err
 				return
 			}
-			part.packed = int64(len(packed) - before)
-			parts, sizes = append(parts, part), append(sizes, n)
-			p.samples = append(p.samples, sample{off: off, len: int64(n), zero: part.zero})
+			s := sample{off: off, len: int64(n), zero: zero}
+			part, scale := s.stands(end-start, holes.in(start, end), holes.in(off, off+int64(n)), int64(len(packed)-before))
+			parts, scales, sizes = append(parts, part), append(scales, scale), append(sizes, n)
+			p.samples = append(p.samples, s)
 		}
 		var data int64
-		for _, part := range parts {
-			data += part.raw - part.zero
+		for _, s := range p.samples {
+			data += s.len - s.zero
 		}
 		if encoding > 0 && data > 0 {
 			p.EncodeRate = float64(data) / encoding.Seconds()
@@ -150,24 +168,78 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	if failed != nil {
 		return p, failed
 	}
-	var sampled, zeros int64
+	var size, zeros, stored int64
 	for _, part := range parts {
-		sampled, zeros = sampled+part.raw, zeros+part.zero
+		size, zeros, stored = size+part.raw, zeros+part.zero, stored+part.packed
 	}
-	p.ZeroFraction = float64(zeros) / float64(sampled)
-	if holes, ok := im.HoleBytes(ctx); ok && im.Size > 0 {
-		// Holes are zero runs, known exactly, where samples only estimate.
-		p.HoleFraction = float64(holes) / float64(im.Size)
+	p.ZeroFraction = float64(zeros) / float64(size)
+	if holesKnown && im.Size > 0 {
+		p.HoleFraction = float64(holes.in(0, im.Size)) / float64(im.Size)
 		p.ZeroFraction = max(p.ZeroFraction, p.HoleFraction)
 	}
-	p.Factor = float64(sampled) / float64(max(len(packed), 1))
+	p.Factor = float64(size) / float64(max(stored, 1))
 	var cpu []time.Duration
 	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed, sizes)
 	for i := range cpu {
-		parts[i].cpu = cpu[i]
+		parts[i].cpu = time.Duration(float64(cpu[i]) * scales[i])
 	}
 	p.Pieces = mergePieces(parts)
 	return p, nil
+}
+
+// stands returns what the sample s, which compressed to packed bytes,
+// stands for in its stretch of size bytes, of which holes are holes (and
+// inHoles of them in s): the stretch's figures, as if read whole, and how
+// many times s's decoding time that stretch's is. Its holes are known
+// exactly; the sample's data tells of the rest of its data.
+func (s sample) stands(size, holes, inHoles, packed int64) (tallyPart, float64) {
+	part := tallyPart{size: size, raw: size}
+	data := s.len - inHoles
+	if data <= 0 || holes >= size {
+		scale := float64(size) / float64(max(s.len, 1))
+		part.zero = max(holes, int64(float64(s.zero)*scale))
+		part.packed = int64(float64(packed) * scale)
+		return part, scale
+	}
+	scale := float64(size-holes) / float64(data)
+	dataZeros := min(max(s.zero-inHoles, 0), data)
+	part.zero = holes + int64(float64(dataZeros)*scale)
+	part.packed = int64(float64(packed) * scale)
+	return part, scale
+}
+
+// span is a stretch [off, end) of an image.
+type span struct{ off, end int64 }
+
+// holeMap is an image's holes, in order; nil when they are not known.
+type holeMap []span
+
+// in is how many bytes of [from, to) are holes.
+func (h holeMap) in(from, to int64) int64 {
+	var n int64
+	for i := h.first(from); i < len(h) && h[i].off < to; i++ {
+		n += max(0, min(h[i].end, to)-max(h[i].off, from))
+	}
+	return n
+}
+
+// dataFrom is the first offset from off on that is not in a hole.
+func (h holeMap) dataFrom(off int64) int64 {
+	for i := h.first(off); i < len(h) && h[i].off <= off; i++ {
+		off = h[i].end
+	}
+	return off
+}
+
+// first is the index of the first hole that ends after off.
+func (h holeMap) first(off int64) int {
+	i, _ := slices.BinarySearchFunc(h, off, func(s span, off int64) int {
+		if s.end <= off {
+			return -1
+		}
+		return 1
+	})
+	return i
 }
 
 // scan scans a compressed image on one thread, timing its decoding and,

@@ -3,6 +3,7 @@ package probe
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,6 +204,59 @@ func TestProfileTellsTheFramesDecodedWhole(t *testing.T) {
 			}
 			if p := profileFile(t, path); p.WholeFraction != tc.want {
 				t.Errorf("share in frames decoded whole %.4f, want %.4f", p.WholeFraction, tc.want)
+			}
+		})
+	}
+}
+
+// TestProfileOfAPatternThatRepeatsWithTheStretch: a sparse image whose data
+// and holes take turns with the samples' stride. A sample at the same
+// place of every stretch would find all data (or all zeros) everywhere;
+// the profile counts each stretch's holes and samples its data instead.
+func TestProfileOfAPatternThatRepeatsWithTheStretch(t *testing.T) {
+	const stride = 3 << 20 // the samples' step for an image of 64 strides
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 1<<20) // incompressible: the factor is the holes'
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	for _, tt := range []struct {
+		name     string
+		dataAt   int64 // where each stride's data starts
+		wantZero float64
+	}{
+		{"data first", 0, 2.0 / 3},
+		{"holes first", 2 << 20, 2.0 / 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "img")
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := int64(0); i < 64; i++ {
+				if _, err := f.WriteAt(data, i*stride+tt.dataAt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.Truncate(64 * stride); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			p := profileFile(t, path)
+			if p.HoleFraction == 0 {
+				t.Skip("this file system does not tell where a file's holes are")
+			}
+			if math.Abs(p.ZeroFraction-tt.wantZero) > 0.02 {
+				t.Errorf("zero fraction %.3f, want %.3f", p.ZeroFraction, tt.wantZero)
+			}
+			if want := 1 / (1 - tt.wantZero); math.Abs(p.Factor-want) > 0.1*want {
+				t.Errorf("compression factor %.2f, want about %.2f (incompressible data between holes)", p.Factor, want)
+			}
+			for i, pc := range p.Pieces {
+				if math.Abs(pc.ZeroFraction-tt.wantZero) > 0.02 {
+					t.Errorf("piece %d of %d: zero fraction %.3f, want %.3f", i, len(p.Pieces), pc.ZeroFraction, tt.wantZero)
+				}
 			}
 		})
 	}

@@ -19,7 +19,8 @@ type Piece struct {
 const maxPieces = 16
 
 // tallyPart is what was measured of one stretch: raw is the bytes read of
-// it (all of it when scanned, a sample when sampled).
+// it (all of it when scanned; when sampled, the figures are what its
+// sample stands for, as if it had been read whole: sample.stands).
 type tallyPart struct {
 	size, raw, zero, packed int64
 	cpu                     time.Duration
