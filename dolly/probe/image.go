@@ -95,22 +95,35 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 	if im.Encoding.Compressed() {
 		return scan(ctx, im, progress)
 	}
+	return sampleImage(ctx, im, profileSamples)
+}
+
+// sampleImage profiles a raw image from a sample of each of n stretches.
+//
+// Holes are zero runs known exactly, where samples only estimate: each
+// stretch counts its own, and its sample is read from its data only, from
+// a place of its own in the stretch (samplePlace) on, extent by extent,
+// each compressed apart as a cast compresses the data between zero runs.
+// What the sample says stands for the stretch's data (readings.stands).
+func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error) {
 	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
 	p.Sampled, p.Codec = true, imaging.Zstd
-	// Holes are zero runs known exactly, where samples only estimate: each
-	// stretch's are counted, and its sample is taken from its data, at a
-	// place of its own in the stretch (samplePlace).
+	if im.Size <= 0 {
+		return p, nil
+	}
+	// The holes are held in memory: at most maxHoleWalk of them (16 MiB),
+	// past which a file counts as having none.
 	var holes holeMap
-	holesKnown := im.HoleRuns(ctx, func(off, end int64) { holes = append(holes, span{off, end}) })
-	if !holesKnown {
+	if !im.HoleRuns(ctx, func(off, end int64) { holes = append(holes, span{off, end}) }) {
 		holes = nil
 	}
 	buf := make([]byte, profileSample)
-	step := max(im.Size/profileSamples/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
+	step := max(im.Size/int64(n)/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
 	var packed []byte
 	var parts []tallyPart
-	var scales []float64 // what each part's sample stands for, for its decoding time
-	var sizes []int
+	var scales []float64 // how many times its reads' decoding time each part's is
+	var sizes []int      // each read's raw bytes, in order, for decodeRate
+	var partOf []int     // the part each read is of
 	var failed error
 	// One encoder on one thread, timed by the thread's own clock: other
 	// work on the machine, such as nodes probing as they join, does not
@@ -122,46 +135,55 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 			failed = err
 			return
 		}
-		// Each sample is compressed as the cast compresses a chunk (its
-		// zero runs as zero frames), in frames of its own, so that each
-		// piece's factor is its own data's.
 		for start := int64(0); start < im.Size; start += step {
 			if err := ctx.Err(); err != nil {
 				failed = err
 				return
 			}
 			end := min(start+step, im.Size)
-			off := holes.dataFrom(samplePlace(start, end, len(parts)))
-			if off >= end {
-				off = holes.dataFrom(start)
-			}
-			if off >= end { // all holes: its sample reads zeros
-				off = start
-			}
-			n, err := im.ReadAt(buf[:min(int64(len(buf)), im.Size-off)], off)
-			if err != nil && err != io.EOF {
-				failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
-				return
-			}
-			eof := off+int64(n) == im.Size
-			var zero int64
-			imaging.Segments(buf[:n], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
-				if s.Zero {
-					zero += int64(s.Len)
+			// From the sample's place to the stretch's end, and on from its
+			// start: every byte of the stretch is as likely to be read.
+			place := samplePlace(start, end, len(parts))
+			var got readings
+			for off, until := holes.dataFrom(place), end; got.raw < profileSample; off = holes.dataFrom(off) {
+				if off >= until {
+					if until == place || place == start {
+						break
+					}
+					off, until = holes.dataFrom(start), place
+					continue
 				}
-			})
-			before := len(packed)
-			t := clock()
-			packed, err = ce.Encode(packed, buf[:n], off, eof)
-			encoding += clock() - t
-			if err != nil {
-				failed = err
-				return
+				stop := min(until, holes.holeFrom(off), off+profileSample-got.raw)
+				n, err := im.ReadAt(buf[:stop-off], off)
+				if err != nil && err != io.EOF {
+					failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
+					return
+				}
+				eof := off+int64(n) == im.Size
+				var zero int64
+				imaging.Segments(buf[:n], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
+					if s.Zero {
+						zero += int64(s.Len)
+					}
+				})
+				before := len(packed)
+				t := clock()
+				packed, err = ce.Encode(packed, buf[:n], off, eof)
+				encoding += clock() - t
+				if err != nil {
+					failed = err
+					return
+				}
+				got.raw, got.zero, got.packed = got.raw+int64(n), got.zero+zero, got.packed+int64(len(packed)-before)
+				p.samples = append(p.samples, sample{off: off, len: int64(n), zero: zero})
+				sizes, partOf = append(sizes, n), append(partOf, len(parts))
+				if int64(n) < stop-off {
+					break // the image ended early
+				}
+				off = stop
 			}
-			s := sample{off: off, len: int64(n), zero: zero}
-			part, scale := s.stands(end-start, holes.in(start, end), holes.in(off, off+int64(n)), int64(len(packed)-before))
-			parts, scales, sizes = append(parts, part), append(scales, scale), append(sizes, n)
-			p.samples = append(p.samples, s)
+			part, scale := got.stands(end-start, holes.in(start, end))
+			parts, scales = append(parts, part), append(scales, scale)
 		}
 		var data int64
 		for _, s := range p.samples {
@@ -179,55 +201,62 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 		size, zeros, stored = size+part.raw, zeros+part.zero, stored+part.packed
 	}
 	p.ZeroFraction = float64(zeros) / float64(size)
-	if holesKnown && im.Size > 0 {
+	if holes != nil {
 		p.HoleFraction = float64(holes.in(0, im.Size)) / float64(im.Size)
-		p.ZeroFraction = max(p.ZeroFraction, p.HoleFraction)
 	}
 	p.Factor = float64(size) / float64(max(stored, 1))
 	var cpu []time.Duration
 	p.DecodeRate, p.DecodeFactor, cpu = decodeRate(imaging.Zstd, packed, sizes)
-	for i := range cpu {
-		parts[i].cpu = time.Duration(float64(cpu[i]) * scales[i])
+	var decoding time.Duration
+	for j, c := range cpu {
+		i := partOf[j]
+		c = time.Duration(float64(c) * scales[i])
+		parts[i].cpu += c
+		decoding += c
+	}
+	// The reads were of data; the image's rate counts its holes too,
+	// which no node decodes.
+	if decoding > 0 && p.DecodeRate > 0 {
+		rate := float64(size) / decoding.Seconds()
+		p.DecodeFactor *= rate / p.DecodeRate
+		p.DecodeRate = rate
 	}
 	p.Pieces = mergePieces(parts)
 	return p, nil
 }
 
+// readings is what the reads of a stretch's sample found: raw bytes, of
+// them in zero runs, and compressed.
+type readings struct{ raw, zero, packed int64 }
+
+// stands returns what got, read from a stretch's data, stands for in the
+// stretch of size bytes, of which holes are holes: its figures as if read
+// whole, and how many times the reads' decoding time the stretch's is.
+func (got readings) stands(size, holes int64) (tallyPart, float64) {
+	part := tallyPart{size: size, raw: size, zero: holes}
+	if got.raw <= 0 {
+		return part, 0
+	}
+	scale := float64(size-holes) / float64(got.raw)
+	part.zero = min(size, holes+int64(float64(got.zero)*scale))
+	part.packed = int64(float64(got.packed) * scale)
+	return part, scale
+}
+
 // samplePlace is where the sample of the i-th stretch [start, end) is
-// read from: each at another place within its stretch, spread evenly over
-// all the places in turn. A sample at the same place of every stretch
+// read from (on to the end, then on from the start): each at another
+// place within its stretch, spread evenly over all the places in turn. A sample at the same place of every stretch
 // sees the same place of a pattern that repeats with the stretch (data
 // and zeros in turn), and takes every stretch for all data or all zeros.
 func samplePlace(start, end int64, i int) int64 {
-	room := end - start - profileSample
-	if room <= 0 {
+	room := end - start
+	if room <= profileSample {
 		return start
 	}
 	const golden = 0.6180339887498949 // the most even of such sequences
 	_, frac := math.Modf(float64(i+1) * golden)
 	off := start + int64(frac*float64(room))
 	return off - off%imaging.ZeroBlock
-}
-
-// stands returns what the sample s, which compressed to packed bytes,
-// stands for in its stretch of size bytes, of which holes are holes (and
-// inHoles of them in s): the stretch's figures, as if read whole, and how
-// many times s's decoding time that stretch's is. Its holes are known
-// exactly; the sample's data tells of the rest of its data.
-func (s sample) stands(size, holes, inHoles, packed int64) (tallyPart, float64) {
-	part := tallyPart{size: size, raw: size}
-	data := s.len - inHoles
-	if data <= 0 || holes >= size {
-		scale := float64(size) / float64(max(s.len, 1))
-		part.zero = max(holes, int64(float64(s.zero)*scale))
-		part.packed = int64(float64(packed) * scale)
-		return part, scale
-	}
-	scale := float64(size-holes) / float64(data)
-	dataZeros := min(max(s.zero-inHoles, 0), data)
-	part.zero = holes + int64(float64(dataZeros)*scale)
-	part.packed = int64(float64(packed) * scale)
-	return part, scale
 }
 
 // span is a stretch [off, end) of an image.
@@ -251,6 +280,15 @@ func (h holeMap) dataFrom(off int64) int64 {
 		off = h[i].end
 	}
 	return off
+}
+
+// holeFrom is where the first hole from off on starts; math.MaxInt64
+// when none does.
+func (h holeMap) holeFrom(off int64) int64 {
+	if i := h.first(off); i < len(h) {
+		return max(h[i].off, off)
+	}
+	return math.MaxInt64
 }
 
 // first is the index of the first hole that ends after off.

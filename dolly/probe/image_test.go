@@ -209,24 +209,31 @@ func TestProfileTellsTheFramesDecodedWhole(t *testing.T) {
 	}
 }
 
-// TestProfileOfAPatternThatRepeatsWithTheStretch: a sparse image whose data
-// and holes take turns with the samples' stride. A sample at the same
-// place of every stretch would find all data (or all zeros) everywhere;
-// the profile counts each stretch's holes and samples its data instead.
+// TestProfileOfAPatternThatRepeatsWithTheStretch: an image whose data and
+// zeros take turns with the samples' stride, as holes of a sparse file and
+// as zeros written out. A sample at the same place of every stretch would
+// find all data (or all zeros) everywhere; the profile counts each
+// stretch's holes and samples its data, from places that move.
 func TestProfileOfAPatternThatRepeatsWithTheStretch(t *testing.T) {
-	const stride = 3 << 20 // the samples' step for an image of 64 strides
+	const (
+		samples = 64
+		stride  = 3 << 20 // the samples' step
+	)
 	rng := rand.New(rand.NewPCG(1, 2))
-	data := make([]byte, 1<<20) // incompressible: the factor is the holes'
+	data := make([]byte, 1<<20) // incompressible: the factor is the zeros'
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
+	const wantZero = 2.0 / 3
 	for _, tt := range []struct {
-		name     string
-		dataAt   int64 // where each stride's data starts
-		wantZero float64
+		name   string
+		dataAt int64 // where each stride's data starts
+		sparse bool  // the zeros are holes
+		tol    float64
 	}{
-		{"data first", 0, 2.0 / 3},
-		{"holes first", 2 << 20, 2.0 / 3},
+		{"holes after the data", 0, true, 0.01},
+		{"holes before the data", 2 << 20, true, 0.01},
+		{"zeros written out", 0, false, 0.1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "img")
@@ -234,30 +241,120 @@ func TestProfileOfAPatternThatRepeatsWithTheStretch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := int64(0); i < 64; i++ {
-				if _, err := f.WriteAt(data, i*stride+tt.dataAt); err != nil {
+			zeros := make([]byte, 2<<20)
+			for i := int64(0); i < samples; i++ {
+				at := i * stride
+				if !tt.sparse {
+					if _, err := f.WriteAt(zeros, at+(tt.dataAt+1<<20)%stride); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := f.WriteAt(data, at+tt.dataAt); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := f.Truncate(64 * stride); err != nil {
+			if err := f.Truncate(samples * stride); err != nil {
 				t.Fatal(err)
 			}
-			f.Close()
-			p := profileFile(t, path)
-			if p.HoleFraction == 0 {
-				t.Skip("this file system does not tell where a file's holes are")
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
 			}
-			if math.Abs(p.ZeroFraction-tt.wantZero) > 0.02 {
-				t.Errorf("zero fraction %.3f, want %.3f", p.ZeroFraction, tt.wantZero)
+			im, err := imaging.OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if want := 1 / (1 - tt.wantZero); math.Abs(p.Factor-want) > 0.1*want {
-				t.Errorf("compression factor %.2f, want about %.2f (incompressible data between holes)", p.Factor, want)
+			defer im.Close()
+			holes, ok := im.HoleBytes(t.Context())
+			if tt.sparse && (!ok || holes != samples*stride*2/3) {
+				t.Skipf("this file system does not tell where the file's holes are (%d bytes of holes, %v)", holes, ok)
+			}
+			p, err := sampleImage(t.Context(), im, samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(p.ZeroFraction-wantZero) > tt.tol {
+				t.Errorf("zero fraction %.3f, want %.3f", p.ZeroFraction, wantZero)
+			}
+			if want := 1 / (1 - wantZero); math.Abs(p.Factor-want) > 3*tt.tol*want {
+				t.Errorf("compression factor %.2f, want about %.2f (incompressible data between zeros)", p.Factor, want)
+			}
+			if !tt.sparse {
+				return // sampled: the pieces' figures scatter
 			}
 			for i, pc := range p.Pieces {
-				if math.Abs(pc.ZeroFraction-tt.wantZero) > 0.02 {
-					t.Errorf("piece %d of %d: zero fraction %.3f, want %.3f", i, len(p.Pieces), pc.ZeroFraction, tt.wantZero)
+				if math.Abs(pc.ZeroFraction-wantZero) > tt.tol {
+					t.Errorf("piece %d of %d: zero fraction %.3f, want %.3f", i, len(p.Pieces), pc.ZeroFraction, wantZero)
 				}
 			}
 		})
+	}
+}
+
+func TestHoleMap(t *testing.T) {
+	h := holeMap{{10, 20}, {20, 30}, {50, 60}}
+	tests := []struct {
+		from, to       int64
+		in             int64
+		dataFrom, hole int64 // from from
+	}{
+		{0, 100, 30, 0, 10},
+		{0, 10, 0, 0, 10},
+		{10, 10, 0, 30, 10},
+		{15, 55, 20, 30, 15},
+		{30, 50, 0, 30, 50},
+		{59, 61, 1, 60, 59},
+		{60, 70, 0, 60, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		if got := h.in(tt.from, tt.to); got != tt.in {
+			t.Errorf("in(%d, %d) = %d, want %d", tt.from, tt.to, got, tt.in)
+		}
+		if got := h.dataFrom(tt.from); got != tt.dataFrom {
+			t.Errorf("dataFrom(%d) = %d, want %d", tt.from, got, tt.dataFrom)
+		}
+		if got := h.holeFrom(tt.from); got != tt.hole {
+			t.Errorf("holeFrom(%d) = %d, want %d", tt.from, got, tt.hole)
+		}
+	}
+	var none holeMap
+	if none.in(0, 100) != 0 || none.dataFrom(5) != 5 || none.holeFrom(5) != math.MaxInt64 {
+		t.Error("no holes known: want none counted, data everywhere")
+	}
+}
+
+func TestSamplePlaceStaysInItsStretch(t *testing.T) {
+	for _, stretch := range []int64{profileSample, profileSample + 4096, 3 << 20, 48 << 20} {
+		seen := map[int64]bool{}
+		for i := range 64 {
+			start := int64(i) * stretch
+			off := samplePlace(start, start+stretch, i)
+			if off < start || off >= start+stretch || off%imaging.ZeroBlock != 0 {
+				t.Fatalf("stretch %d of %d bytes: sample at %d", i, stretch, off)
+			}
+			seen[off-start] = true
+		}
+		if stretch >= 3<<20 && len(seen) < 32 {
+			t.Errorf("stretches of %d bytes: samples at %d places of 64, want them spread", stretch, len(seen))
+		}
+	}
+}
+
+func TestReadingsStandForTheStretch(t *testing.T) {
+	tests := []struct {
+		name        string
+		got         readings
+		size, holes int64
+		want        tallyPart
+		scale       float64
+	}{
+		{"no holes", readings{raw: 100, zero: 10, packed: 50}, 400, 0, tallyPart{size: 400, raw: 400, zero: 40, packed: 200}, 4},
+		{"half holes", readings{raw: 100, zero: 10, packed: 50}, 400, 200, tallyPart{size: 400, raw: 400, zero: 220, packed: 100}, 2},
+		{"all holes", readings{}, 400, 400, tallyPart{size: 400, raw: 400, zero: 400}, 0},
+	}
+	for _, tt := range tests {
+		part, scale := tt.got.stands(tt.size, tt.holes)
+		if part != tt.want || scale != tt.scale {
+			t.Errorf("%s: %+v, %v; want %+v, %v", tt.name, part, scale, tt.want, tt.scale)
+		}
 	}
 }
