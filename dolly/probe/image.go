@@ -154,30 +154,30 @@ func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error)
 					continue
 				}
 				stop := min(until, holes.holeFrom(off), off+profileSample-got.raw)
-				n, err := im.ReadAt(buf[:stop-off], off)
+				read, err := im.ReadAt(buf[:stop-off], off)
 				if err != nil && err != io.EOF {
 					failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
 					return
 				}
-				eof := off+int64(n) == im.Size
+				eof := off+int64(read) == im.Size
 				var zero int64
-				imaging.Segments(buf[:n], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
+				imaging.Segments(buf[:read], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
 					if s.Zero {
 						zero += int64(s.Len)
 					}
 				})
 				before := len(packed)
 				t := clock()
-				packed, err = ce.Encode(packed, buf[:n], off, eof)
+				packed, err = ce.Encode(packed, buf[:read], off, eof)
 				encoding += clock() - t
 				if err != nil {
 					failed = err
 					return
 				}
-				got.raw, got.zero, got.packed = got.raw+int64(n), got.zero+zero, got.packed+int64(len(packed)-before)
-				p.samples = append(p.samples, sample{off: off, len: int64(n), zero: zero})
-				sizes, partOf = append(sizes, n), append(partOf, len(parts))
-				if int64(n) < stop-off {
+				got.raw, got.zero, got.packed = got.raw+int64(read), got.zero+zero, got.packed+int64(len(packed)-before)
+				p.samples = append(p.samples, sample{off: off, len: int64(read), zero: zero})
+				sizes, partOf = append(sizes, read), append(partOf, len(parts))
+				if int64(read) < stop-off {
 					break // the image ended early
 				}
 				off = stop
