@@ -22,6 +22,9 @@ type castPlan struct {
 	// apart are the nodes served apart, each by a node of the plan at its
 	// own pace.
 	apart []apartLink
+	// wake is how long the relays of crowded machines gather their
+	// upstream's stream before they wake (see wakeFor); 0: their default.
+	wake time.Duration
 }
 
 // apartLink is a node served apart and its upstream: the plan's vertex
@@ -40,7 +43,7 @@ func (s *Server) bind(ch Choice, ready []*nodeState) castPlan {
 	for _, n := range ready {
 		byName[n.name] = n
 	}
-	p := castPlan{tree: ch.Result.Plan.Tree, send: ch.Send}
+	p := castPlan{tree: ch.Result.Plan.Tree, send: ch.Send, wake: wakeFor(ch)}
 	vertex := map[string]int{}
 	for v, name := range ch.Result.Plan.Hosts {
 		vertex[name] = v
@@ -130,7 +133,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	srcDone := make(chan error, 1)
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 
-	s.shareForCast(p.send)
+	s.shareForCast(p.send, p.wake)
 	kids := p.tree.ChildLists()
 	assign := func(n *nodeState, a control.Assign) {
 		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"dolly/capacity"
 	"dolly/dolly/control"
 	"dolly/dolly/probe"
+	"dolly/dolly/relay"
 	"dolly/imaging"
 )
 
@@ -247,13 +248,19 @@ func TestShareForCast(t *testing.T) {
 		send  imaging.Encoding
 		cores int
 		nodes int
+		wake  time.Duration
 		want  int // the procs each node was told last; 0: nothing
+		// wantWake is the wake-up delay each node was told last, in ms
+		wantWake int
 	}{
-		{"zstd, three nodes on two cores", imaging.Zstd, 2, 3, 2},
-		{"gzip, three nodes on two cores", imaging.Gzip, 2, 3, 2},
-		{"raw, three nodes on two cores", imaging.Raw, 2, 3, 1},
-		{"zstd, two nodes on one core", imaging.Zstd, 1, 2, 1},
-		{"zstd, three nodes on eight cores", imaging.Zstd, 8, 3, 0},
+		{"zstd, three nodes on two cores", imaging.Zstd, 2, 3, 0, 2, 0},
+		{"gzip, three nodes on two cores", imaging.Gzip, 2, 3, 0, 2, 0},
+		{"raw, three nodes on two cores", imaging.Raw, 2, 3, 0, 1, 0},
+		{"zstd, two nodes on one core", imaging.Zstd, 1, 2, 0, 1, 0},
+		{"zstd, three nodes on eight cores", imaging.Zstd, 8, 3, 0, 0, 0},
+		{"zstd held back by the cores", imaging.Zstd, 2, 3, relay.CrowdedWakeDelay, 2, 12},
+		{"raw held back by the cores: one thread stays", imaging.Raw, 2, 3, relay.CrowdedWakeDelay, 1, 12},
+		{"eight cores: nobody is told", imaging.Raw, 8, 3, relay.CrowdedWakeDelay, 0, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Server{}
@@ -269,10 +276,10 @@ func TestShareForCast(t *testing.T) {
 				nodeEnds = append(nodeEnds, node)
 			}
 			s.shareCores(ready)
-			s.shareForCast(tt.send)
+			s.shareForCast(tt.send, tt.wake)
 			for i, n := range ready {
 				n.conn.Send(control.Message{Type: control.MsgPing})
-				got := 0
+				var got []control.Share
 				for {
 					m, err := nodeEnds[i].Recv(5 * time.Second)
 					if err != nil {
@@ -281,10 +288,17 @@ func TestShareForCast(t *testing.T) {
 					if m.Type != control.MsgShare {
 						break
 					}
-					got = m.Share.Procs
+					got = append(got, *m.Share)
 				}
-				if got != tt.want {
-					t.Errorf("node %d: last told %d procs, want %d", i, got, tt.want)
+				procs, wake := 0, 0
+				for _, sh := range got {
+					if sh.Procs > 0 {
+						procs = sh.Procs
+					}
+					wake = sh.WakeMillis
+				}
+				if procs != tt.want || wake != tt.wantWake {
+					t.Errorf("node %d: told %+v: %d procs and %d ms last, want %d and %d", i, got, procs, wake, tt.want, tt.wantWake)
 				}
 			}
 		})
@@ -533,5 +547,30 @@ func controlPairs(t *testing.T) func() (*control.Conn, *control.Conn) {
 		}
 		t.Cleanup(func() { a.Close(); c.Close() })
 		return control.NewConn(a), control.NewConn(c)
+	}
+}
+
+// The relays of a crowded machine wake less often where its CPU holds the
+// plan back, or nearly; where the links do, their default stands.
+func TestWakeFor(t *testing.T) {
+	cpu := func(bound float64) capacity.Constraint {
+		// 2 cores at 1 ns a byte: 2 GB/s, scaled to the bound.
+		return capacity.Constraint{Kind: capacity.MachineCPULimit, Subject: "m", Streams: 25, Coef: 2 / bound, Cap: 2}
+	}
+	link := capacity.Constraint{Kind: capacity.LinkLimit, Subject: "pc1→switch", Streams: 1, Coef: 0.1, Cap: 12.5e6}
+	for _, tt := range []struct {
+		name string
+		ch   Choice
+		want time.Duration
+	}{
+		{"the cores bind", Choice{Modeled: true, Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(120e6), link}}}, relay.CrowdedWakeDelay},
+		{"the cores nearly bind", Choice{Modeled: true, Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(170e6), link}}}, relay.CrowdedWakeDelay},
+		{"the links bind, the cores far off", Choice{Modeled: true, Result: capacity.Result{Rate: 23e6, Constraints: []capacity.Constraint{cpu(70e6), link}}}, 0},
+		{"no shared machine", Choice{Modeled: true, Result: capacity.Result{Rate: 23e6, Constraints: []capacity.Constraint{link}}}, 0},
+		{"not modelled", Choice{Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(120e6)}}}, 0},
+	} {
+		if got := wakeFor(tt.ch); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

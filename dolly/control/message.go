@@ -333,8 +333,15 @@ type CrowdProbe struct {
 // again before the places of a cast whose stream is compressed, with 2:
 // the node's relay then waits for its bytes on a thread of its own, not
 // behind its decoding.
+//
+// With WakeMillis, sent before the places of a cast that the machine's
+// cores hold back, the node's relay gathers that much of its upstream's
+// stream (in time, at the rate it comes) before it wakes: on a crowded
+// machine every wake-up is paid for with the others' CPU. Procs is then 0
+// where the threads stay as they are.
 type Share struct {
-	Procs int `json:"procs"`
+	Procs      int `json:"procs"`
+	WakeMillis int `json:"wake_ms,omitempty"`
 }
 
 // NetResult is what a node received of probe ID (Bytes, and Rate in bytes

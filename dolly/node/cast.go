@@ -33,8 +33,7 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	// The node serves children that come late (their upstream died) from
 	// its history for as long as it is up.
 	n.sums = stream.NewPayloadSums()
-	r, err := relay.New(relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir, History: n.history,
-		Observe: n.sums.Observe})
+	r, err := relay.New(n.relayConfig())
 	if err != nil {
 		return Result{}, n.fail(err.Error())
 	}
@@ -102,6 +101,17 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 	}
 	return res, nil
 }
+
+// relayConfig is the cast's relay: zero-copy unless told otherwise, serving
+// children that come late from its history, waking as the server said.
+func (n *node) relayConfig() relay.Config {
+	return relay.Config{NoSplice: n.cfg.NoSplice, ServeLate: true, SpoolDir: n.cfg.SpoolDir, History: n.history,
+		WakeDelay: time.Duration(n.wake.Load()), Observe: n.sums.Observe}
+}
+
+// maxWake bounds the wake-up delay a server may ask for: every hop of a
+// chain holds the stream that long.
+const maxWake = 50 * time.Millisecond
 
 // onControl acts on what the session reports during the cast and returns
 // the server's verdict once it comes. An abort, or a server lost for good,

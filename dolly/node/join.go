@@ -91,10 +91,7 @@ func (n *node) join(ctx context.Context, c *control.Conn, m control.Message) (*c
 		case m.Type == control.MsgNetProbe:
 			go n.sendProbe(ctx, *m.NetProbe)
 		case m.Type == control.MsgShare:
-			if n.cfg.SetProcs != nil && m.Share.Procs >= 1 {
-				procs := n.cfg.SetProcs(m.Share.Procs)
-				n.log.Info("sharing the machine's cores with other nodes", "procs", procs)
-			}
+			n.share(*m.Share)
 		case m.Type == control.MsgCrowdProbe && !m.CrowdProbe.Go:
 			if _, dup := crowds[m.CrowdProbe.ID]; dup {
 				break // set up already
@@ -301,4 +298,18 @@ func (n *node) hello(c *control.Conn, resume *control.Resume, timeout time.Durat
 	n.cfg.Key = key
 	n.log.Info("enrolled: the server proved its key and handed over the cast key")
 	return m, nil
+}
+
+// share keeps the node to its part of a crowded machine, as the server
+// says (control.Share): its threads, and how often its relay wakes.
+func (n *node) share(s control.Share) {
+	if s.WakeMillis > 0 {
+		wake := min(time.Duration(s.WakeMillis)*time.Millisecond, maxWake)
+		n.wake.Store(int64(wake))
+		n.log.Info("the relay wakes for larger batches: the machine's cores hold the cast back", "wake", wake)
+	}
+	if n.cfg.SetProcs != nil && s.Procs >= 1 {
+		procs := n.cfg.SetProcs(s.Procs)
+		n.log.Info("sharing the machine's cores with other nodes", "procs", procs)
+	}
 }

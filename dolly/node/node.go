@@ -141,6 +141,11 @@ type node struct {
 	// historyLent says which parts of history a crowd probe has on loan
 	// (lendHistory).
 	historyLent [2]atomic.Bool
+	// wake is what the cast's relay gathers of its upstream's stream
+	// before it wakes (relay.Config.WakeDelay), as the server told a node
+	// of a crowded machine whose cores hold the cast back
+	// (control.Share); 0: the relay's default.
+	wake atomic.Int64
 	// sums are the payloads' CRCs, computed as the relay takes them in;
 	// started with the first header.
 	sums     *stream.PayloadSums

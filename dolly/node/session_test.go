@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -353,4 +354,27 @@ func TestRelayCrowdMeasuredTwice(t *testing.T) {
 	}
 	srv.send(c, control.Message{Type: control.MsgAbort, Reason: "test over"})
 	<-ran
+}
+
+// A node told to wake less often (control.Share) casts with a relay that
+// does; a server asking for more than maxWake gets maxWake; a share that
+// says nothing of it leaves the relay's default.
+func TestNodeWakesAsTheServerSaid(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		share control.Share
+		want  time.Duration
+	}{
+		{"threads only", control.Share{Procs: 1}, 0},
+		{"a crowded machine's cast", control.Share{WakeMillis: int(relay.CrowdedWakeDelay.Milliseconds())}, relay.CrowdedWakeDelay},
+		{"too long", control.Share{Procs: 2, WakeMillis: 5000}, maxWake},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{log: slog.New(slog.DiscardHandler), sums: stream.NewPayloadSums()}
+			n.share(tt.share)
+			if got := n.relayConfig().WakeDelay; got != tt.want {
+				t.Errorf("wake delay %v, want %v", got, tt.want)
+			}
+		})
+	}
 }

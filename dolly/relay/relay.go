@@ -139,6 +139,11 @@ type Config struct {
 	// cast (and perhaps used by a relay that has stopped: a probe's). Its
 	// length is the history's size; nil allocates HistorySize bytes.
 	History []byte
+	// WakeDelay is how much of its upstream's stream the relay gathers
+	// before it wakes, in time at the rate the upstream delivers it (see
+	// wakeSize); 0 is wakeDelay. A node of a crowded machine takes
+	// CrowdedWakeDelay.
+	WakeDelay time.Duration
 	// Observe, if set, sees every stream byte once, in order, as it
 	// enters the history and before the node's reader can have it: while
 	// it is still in the CPU's cache (see stream.PayloadSums). It runs on
@@ -184,7 +189,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if r.zeroCopy {
 		var err error
-		if r.sp, err = newSpliceState(); err != nil {
+		if r.sp, err = newSpliceState(cfg.WakeDelay); err != nil {
 			return nil, err
 		}
 	}

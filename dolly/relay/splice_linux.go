@@ -61,12 +61,14 @@ type spliceState struct {
 // Child pipes get pipeSize, four times as much, which is the slack.
 const inPipeSize = pipeSize / 4
 
-func newSpliceState() (*spliceState, error) {
+// newSpliceState makes the inbound pipe; the relay wakes for what its
+// upstream delivers in wake (0: wakeDelay).
+func newSpliceState(wake time.Duration) (*spliceState, error) {
 	in, size, err := newRawPipe(inPipeSize)
 	if err != nil {
 		return nil, err
 	}
-	return &spliceState{in: in, inSize: size}, nil
+	return &spliceState{in: in, inSize: size, wake: wakeSize{delay: wake}}, nil
 }
 
 func (s *spliceState) close() { s.in.close() }

@@ -5,6 +5,7 @@ package relay
 import (
 	"errors"
 	"os"
+	"time"
 )
 
 const spliceSupported = false
@@ -17,7 +18,9 @@ func (rawPipe) close() {}
 
 type spliceState struct{}
 
-func newSpliceState() (*spliceState, error)        { return nil, errors.New("no splice here") }
+func newSpliceState(time.Duration) (*spliceState, error) {
+	return nil, errors.New("no splice here")
+}
 func (*spliceState) close()                        {}
 func (*spliceState) childPipe() (rawPipe, error)   { return rawPipe{}, errors.New("no splice here") }
 func (r *Relay) spliceRound(Upstream) (int, error) { return 0, errors.New("no splice here") }

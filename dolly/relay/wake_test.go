@@ -20,42 +20,56 @@ func TestWakeSizeFollowsTheRate(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
+		delay time.Duration
 		steps []step
 	}{
-		{"a new upstream starts small", []step{
+		{"a new upstream starts small", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 		}},
-		{"within a window nothing changes", []step{
+		{"within a window nothing changes", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 10 << 20, after: rateWindow / 2, want: minWake},
 		}},
-		{"100 Mbit/s: 4 ms of 12.5 MB/s", []step{
+		{"100 Mbit/s: 4 ms of 12.5 MB/s", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 625_000, after: rateWindow, want: 50_000, changed: true},
 		}},
-		{"fast links get a whole round", []step{
+		{"fast links get a whole round", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
 		}},
-		{"a slow or idle upstream gets the least", []step{
+		{"a slow or idle upstream gets the least", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
 			{up: a, moved: 0, after: 2 * rateWindow, want: minWake, changed: true},
 		}},
-		{"a small change costs no syscall", []step{
+		{"a small change costs no syscall", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 625_000, after: rateWindow, want: 50_000, changed: true},
 			{up: a, moved: 690_000, after: 2 * rateWindow, want: 50_000},
 		}},
-		{"a new upstream starts again", []step{
+		{"a new upstream starts again", 0, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
 			{up: b, after: rateWindow + time.Millisecond, want: minWake, changed: true},
 		}},
+		{"a crowded machine: 12 ms of 12.5 MB/s", CrowdedWakeDelay, []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 625_000, after: rateWindow, want: 150_000, changed: true},
+		}},
+		{"a crowded machine keeps its delay for a new upstream", CrowdedWakeDelay, []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: b, after: time.Millisecond, want: minWake, changed: true},
+			{up: b, moved: 625_000, after: rateWindow + time.Millisecond, want: 150_000, changed: true},
+		}},
+		{"a crowded machine's fast links still get a round", CrowdedWakeDelay, []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var w wakeSize
+			w := wakeSize{delay: tt.delay}
 			for i, s := range tt.steps {
 				w.moved(s.moved)
 				got, changed := w.next(s.up, round, t0.Add(s.after))
