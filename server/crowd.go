@@ -231,10 +231,10 @@ const cpuNearlyBinds = 1.5
 // nearly, for fewer wake-ups leave more of it to the cast; their default
 // (0) where the links hold it back, as every hop of a chain holds the
 // stream that long. In the emulated lab at 100 Mbit/s (25 hosts on 2 cores,
-// four casts each) the zstd chain of 24, bound by the machine's cores,
-// ran at 116.6-126.3 MB/s where it ran at 105.7-121.3 on the default, and
-// the raw chain of 24, bound by its links, at 21.8-22.4 where it ran at
-// 22.9.
+// eight casts each) the zstd chain of 24, bound by the machine's cores,
+// ran at 116.6-128.7 MB/s where it ran at 105.7-124.9 on the default (a
+// mean of 123.2 against 116.5); the raw chain of 24, bound by its links,
+// ran at 21.8-22.4 with the larger batches where it ran at 22.9.
 func wakeFor(ch Choice) time.Duration {
 	if !ch.Modeled || !(ch.Result.Rate > 0) {
 		return 0
