@@ -141,8 +141,8 @@ type Config struct {
 	History []byte
 	// WakeDelay is how much of its upstream's stream the relay gathers
 	// before it wakes, in time at the rate the upstream delivers it (see
-	// wakeSize); 0 is wakeDelay. A node of a crowded machine takes
-	// CrowdedWakeDelay.
+	// wakeSize); 0 is wakeDelay. A node of a crowded machine whose cores
+	// hold the cast back takes CrowdedWakeDelay, as the server tells it.
 	WakeDelay time.Duration
 	// Observe, if set, sees every stream byte once, in order, as it
 	// enters the history and before the node's reader can have it: while

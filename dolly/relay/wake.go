@@ -23,12 +23,13 @@ import (
 // back goes faster on fewer of them: the server then has its nodes gather
 // CrowdedWakeDelay (Config.WakeDelay). In the emulated lab's zstd chain of
 // 24 at 100 Mbit/s (25 hosts on 2 cores, the bench's 1 GiB image) the
-// nodes spent 14.1-15.5 CPU-s instead of 15.3-17.4 over six casts each.
+// nodes spent 13.1-15.5 CPU-s (a mean of 14.4) instead of 13.7-17.4
+// (15.9) over eight casts each.
 // Where the links hold the chain back it costs the hops' delay and saves
 // nothing anyone needs: the raw chain of 24 ran 2-5% slower on it.
 const (
 	wakeDelay        = 4 * time.Millisecond
-	CrowdedWakeDelay = 12 * time.Millisecond
+	CrowdedWakeDelay = 12 * time.Millisecond // where a crowded machine's cores hold the cast back
 	minWake          = 16 << 10
 	rateWindow       = 50 * time.Millisecond // how long a rate is measured over
 )
