@@ -216,11 +216,10 @@ func (t targetFiles) close() {
 }
 
 // maxProbeRegion bounds what the target write probe rewrites: a disk
-// slower than 256 MB/s is bounded by the budget first, and a faster one
-// (an NVMe drive, a loop device over a cached file) is timed to the end of
-// the final sync, which puts what its write cache holds on the media, in
-// a quarter of a second rather than the budget's whole second, which the
-// join would wait for (and twice that again for the region's reads).
+// that reads and writes 256 MB in less than the budget (an NVMe drive, a
+// loop device over a cached file) ends there, and its figure is timed to
+// the end of the final sync, which puts what its write cache holds on the
+// media; a slower disk is bounded by the budget first.
 // probeChunk is what it reads ahead of writing through the page cache:
 // several times what the node writes behind at once (see
 // imaging.WriteBehind), so that starting each chunk leaves the disk idle
