@@ -51,6 +51,15 @@ type SampleDecoder struct {
 // checked one that checks the format's checksums, as a scan of a stored
 // image does (imaging.NewDecoder).
 func NewSampleDecoder(enc imaging.Encoding, checked bool) (*SampleDecoder, error) {
+	packed, err := packedSample(enc)
+	if err != nil {
+		return nil, err
+	}
+	return newCyclingDecoder(enc, packed, checked)
+}
+
+// packedSample is the standard sample compressed with enc.
+func packedSample(enc imaging.Encoding) ([]byte, error) {
 	if !enc.Compressed() {
 		return nil, fmt.Errorf("no decoder for %s", enc)
 	}
@@ -60,7 +69,7 @@ func NewSampleDecoder(enc imaging.Encoding, checked bool) (*SampleDecoder, error
 	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
 		return nil, fmt.Errorf("compressing the standard sample with %s: %w", enc, err)
 	}
-	return newCyclingDecoder(enc, packed.Bytes(), checked)
+	return packed.Bytes(), nil
 }
 
 // NewRLESampleDecoder opens a decoder on zeros as zstd's own tool writes

@@ -341,16 +341,30 @@ func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error
 // whatever else slows the machine while it measures slows both alike.
 //
 // The sample is decoded by two decoders in turn, each into a buffer of its
-// own, and the faster one's rate is taken, as the server's image gauge
-// does (see decodeGauge.sampleRate): now and then one decoder runs at half
-// the speed of another for as long as it lives. At the joins of a lab of
-// 24 nodes, 2 of 5 probes with one decoder read 890-980 MB/s, every piece
-// of them (1 MiB in 850-1300 µs), where the others read 1810-2170 (in
-// 520-690 µs) on the same machine, and the cast's preview fell 25% short.
+// own, and the rate is both together's: their bytes over their CPU time. A
+// decoder runs at one of two speeds, half of one another, for as long as
+// it lives, as the memory it was given falls (on the lab's VM; one made
+// after another was collected reuses its memory, and its speed). Timed
+// with one decoder, the sample read 830-1080 MB/s at 11 of 25 joins of
+// labs of 4 and 24 nodes and 1510-2140 at the others, and the preview of
+// one cast of 24 swung from 72 to 116 MB/s against 86-97 measured. Of two
+// decoders, one was slow at 7 of 8 joins; the previews of six came to
+// 100-104 against 93-99, the cast's nodes, whose decoders are slow and
+// fast alike, costing the machine what the model counted within 5%.
 func probeZstdDecode(budget time.Duration) (sample, rle float64, err error) {
+	// One compressed sample serves both decoders: compressing it twice
+	// would take twice the encoder's memory.
+	packed, err := packedSample(imaging.Zstd)
+	if err != nil {
+		return 0, 0, err
+	}
+	// The encoder's memory is collected before the decoders take theirs:
+	// a node's memory is bounded, and the two decoders are its probe's
+	// peak.
+	runtime.GC()
 	var samples [2]*SampleDecoder
 	for i := range samples {
-		if samples[i], err = NewSampleDecoder(imaging.Zstd, false); err != nil {
+		if samples[i], err = newCyclingDecoder(imaging.Zstd, packed, false); err != nil {
 			return 0, 0, err
 		}
 		defer samples[i].Close()
@@ -360,8 +374,10 @@ func probeZstdDecode(budget time.Duration) (sample, rle float64, err error) {
 		return 0, 0, err
 	}
 	defer z.Close()
-	// The second decoder's buffer lies a few pages off the first's.
-	bufs := [2][]byte{make([]byte, 1<<20), make([]byte, 1<<20+5<<12)[5<<12:]}
+	// One buffer, the second decoder's view of it a few pages off the
+	// first's.
+	b := make([]byte, 1<<20+5<<12)
+	bufs := [2][]byte{b[:1<<20], b[5<<12:]}
 	// The first piece of each, untimed, pays for the decoders' buffers.
 	for i, d := range []*SampleDecoder{samples[0], samples[1], z} {
 		if _, err := d.Decode(bufs[min(i, 1)]); err != nil {
@@ -392,7 +408,8 @@ func probeZstdDecode(budget time.Duration) (sample, rle float64, err error) {
 				}
 			}
 		}
-		sample, rle = max(ts[0].rate(), ts[1].rate()), tz.rate()
+		both := timing{bytes: ts[0].bytes + ts[1].bytes, cpu: ts[0].cpu + ts[1].cpu}
+		sample, rle = both.rate(), tz.rate()
 	})
 	return sample, rle, err
 }
