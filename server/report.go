@@ -66,9 +66,12 @@ type ReportPlan struct {
 	Compression   string  `json:"compression"` // what travelled: none, zstd or gzip
 	Nodes         int     `json:"nodes"`
 	Modeled       bool    `json:"modeled"`
-	PredictedMBps float64 `json:"predicted_mbps,omitempty"`
+	PredictedMBps float64 `json:"predicted_mbps,omitempty"` // the plan's steady rate
+	// SlowestPredictedMBps is the image over the ETA, start-up and the
+	// hops' lag included: what MeasuredMBps is held against.
+	SlowestPredictedMBps float64 `json:"slowest_predicted_mbps,omitempty"`
 	// MeasuredMBps is the image over the time the slowest verified node
-	// took: what the prediction is held against.
+	// took.
 	MeasuredMBps float64 `json:"measured_mbps,omitempty"`
 	ETASeconds   float64 `json:"eta_seconds,omitempty"`
 	Bottleneck   string  `json:"bottleneck,omitempty"`
@@ -128,6 +131,7 @@ func NewReport(sum Summary) Report {
 		if sum.Plan.Modeled {
 			r.Plan.PredictedMBps = sum.Plan.Result.Rate / 1e6
 			r.Plan.ETASeconds = sum.Plan.Result.ETA.Seconds()
+			r.Plan.SlowestPredictedMBps = sum.PredictedRate() / 1e6
 			r.Plan.Bottleneck = sum.Plan.Result.Bottleneck
 		}
 		r.Plan.MeasuredMBps = sum.MeasuredRate() / 1e6

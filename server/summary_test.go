@@ -1,6 +1,8 @@
 package server
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,6 +152,46 @@ func TestRanAsPlanned(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.sum.ranAsPlanned(); got != tt.want {
 				t.Errorf("ranAsPlanned = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The prediction held against the slowest node's rate is the image over
+// the ETA, start-up and the hops' lag included, as that node's time
+// includes them; the plan's steady rate only where no ETA was made.
+func TestPredictedAgainstMeasured(t *testing.T) {
+	const size = 400e6
+	chain := func(rate float64, eta time.Duration) Choice {
+		return Choice{Modeled: true, Result: capacity.Result{Rate: rate, ETA: eta, Bottleneck: "CPU of machine m",
+			Plan: capacity.Plan{Tree: capacity.Chain(2), Hosts: []string{"dolly-server", "pc01", "pc24"}}}}
+	}
+	done := func(elapsed time.Duration) []NodeSummary {
+		return []NodeSummary{{Name: "pc01", Verified: true, Elapsed: elapsed - 300*time.Millisecond}, {Name: "pc24", Verified: true, Elapsed: elapsed}}
+	}
+	tests := []struct {
+		name      string
+		sum       Summary
+		predicted float64
+		line      string
+	}{
+		{"over the ETA", Summary{Size: size, Plan: chain(200e6, 2500*time.Millisecond), Nodes: done(3200 * time.Millisecond)}, 160e6,
+			"predicted 160.0 MB/s, measured 125.0 MB/s (the slowest node, over the ETA of 2.5s and over its time; -22%)"},
+		{"no ETA", Summary{Size: size, Plan: chain(200e6, 0), Nodes: done(4 * time.Second)}, 200e6,
+			"predicted 200.0 MB/s, measured 100.0 MB/s (the slowest node, over the ETA of 0.0s and over its time; -50%)"},
+		{"not modeled", Summary{Size: size, Plan: Choice{}, Nodes: done(4 * time.Second)}, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.sum.PredictedRate(); math.Abs(got-tt.predicted) > 1 {
+				t.Errorf("PredictedRate() = %.0f, want %.0f", got, tt.predicted)
+			}
+			got := predictedAgainstMeasured(tt.sum)
+			if !strings.HasPrefix(got, tt.line) || (tt.line == "") != (got == "") {
+				t.Errorf("predictedAgainstMeasured = %q, want it to start %q", got, tt.line)
+			}
+			if r := NewReport(tt.sum); tt.line != "" && math.Abs(r.Plan.SlowestPredictedMBps*1e6-tt.predicted) > 1 {
+				t.Errorf("report: slowest_predicted_mbps %.2f, want %.2f", r.Plan.SlowestPredictedMBps, tt.predicted/1e6)
 			}
 		})
 	}
