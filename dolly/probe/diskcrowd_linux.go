@@ -25,13 +25,19 @@ import (
 // It rewrites a region of the target with the bytes it holds, read when
 // it is set up, over and over, the way the cast writes (O_DIRECT to a
 // block device unless buffered, through the page cache and written behind
-// otherwise): no byte of the target changes.
+// otherwise): no byte of the target changes. A sparse file (the demo's
+// targets, a VM's disk image) is written where a cast writes it, in a
+// hole, which the file system must allocate block by block: zeros, as the
+// hole reads, punched back after each push (see holeIn).
 type DiskCrowd struct {
 	out    *os.File
 	direct bool // O_DIRECT: a write is on the disk when it returns
 	buf    []byte
 	start  int64
-	onDisk atomic.Int64
+	// fresh is the hole written instead of the region, if any; filled is
+	// how much of it the last push wrote, from its start.
+	fresh, filled int64
+	onDisk        atomic.Int64
 	// steady is closed once the writer has written as much as its
 	// write-behind holds (through the page cache; at its first write
 	// with O_DIRECT): from then on it writes at the pace the disk
@@ -56,7 +62,7 @@ const maxSteadyWait = 600 * time.Millisecond
 const diskCrowdRegion, diskCrowdDirectRegion, diskCrowdLag = 16 << 20, 8 << 20, 16 << 20
 
 // StartDiskCrowd reads the region of the target at path that it will
-// rewrite, and opens it for writing. A block device that is mounted or
+// rewrite (or finds the hole it will write in), and opens it for writing. A block device that is mounted or
 // held by another program is refused. The region is read into mem where
 // it fits (see StartCrowd), else into memory of its own.
 func StartDiskCrowd(path string, buffered bool, mem []byte) (_ *DiskCrowd, err error) {
@@ -86,7 +92,13 @@ func StartDiskCrowd(path string, buffered bool, mem []byte) (_ *DiskCrowd, err e
 		buf = imaging.AlignedBuffer(int(region))
 	}
 	c := &DiskCrowd{out: t.out, direct: t.outDirect, buf: buf, start: (size/2)/probeBlock*probeBlock - region/2}
-	for b := int64(0); b < region; b += probeBlock {
+	if st, err := t.out.Stat(); err == nil && st.Mode().IsRegular() && !c.direct {
+		if start, length := holeIn(int(t.out.Fd()), size); length > 0 {
+			c.start, c.fresh, c.buf = start, length, c.buf[:probeBlock]
+			clear(c.buf) // what the hole reads
+		}
+	}
+	for b := int64(0); c.fresh == 0 && b < region; b += probeBlock {
 		if _, err := t.in.ReadAt(c.buf[b:b+probeBlock], c.start+b); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
@@ -149,7 +161,63 @@ func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration,
 	if err := halt(); err != nil {
 		return 0, 0, err
 	}
+	// All of it is on the disk: the hole is made again, for the cast
+	// and for the next push.
+	if err := c.punch(); err != nil {
+		return 0, 0, err
+	}
 	return d1 - d0, took, nil
+}
+
+// minHole and maxHole bound the hole of a sparse file a disk crowd writes
+// in: more than the write-behind's lag, and what a node of a fast disk
+// shared by few writes in the settling and the window. Past maxHole it
+// writes its hole again from the start, blocks it allocated already.
+const minHole, maxHole = 2 * diskCrowdLag, 512 << 20
+
+// holeIn finds a hole of the file fd (of size bytes) that a disk crowd
+// may write in: the first at least minHole long from the middle of the
+// file on, else from its start. It returns its start and length, block
+// aligned and at most maxHole; length 0 if there is none, or the file
+// system cannot punch one (punching a hole where there is one changes
+// nothing).
+func holeIn(fd int, size int64) (start, length int64) {
+	for _, from := range []int64{size / 2, 0} {
+		for off := from; off < size; {
+			hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
+			if err != nil || hole >= size {
+				break
+			}
+			end, err := unix.Seek(fd, hole, unix.SEEK_DATA)
+			if err != nil {
+				end = size // ENXIO: a hole up to the end
+			}
+			start = (hole + probeBlock - 1) / probeBlock * probeBlock
+			if length = min(end/probeBlock*probeBlock-start, maxHole); length >= minHole {
+				if unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, length) != nil {
+					return 0, 0
+				}
+				return start, length
+			}
+			if end <= off {
+				break
+			}
+			off = end
+		}
+	}
+	return 0, 0
+}
+
+// punch makes what the last push wrote of its hole a hole again.
+func (c *DiskCrowd) punch() error {
+	if c.filled == 0 {
+		return nil
+	}
+	if err := unix.Fallocate(int(c.out.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, c.start, c.filled); err != nil {
+		return fmt.Errorf("punching the hole of %s back: %w", c.out.Name(), err)
+	}
+	c.filled = 0
+	return nil
 }
 
 // WindowCPU is the whole machine's busy time over PushFor's window, all
@@ -194,14 +262,23 @@ func (c *DiskCrowd) write(stop *atomic.Bool) error {
 	return errors.Join(err, <-waited)
 }
 
-// rewrite writes the blocks of the region in turn, handing each to the
-// disk through flight (nil: O_DIRECT, on the disk once written).
+// rewrite writes the blocks of the region (or of the hole) in turn,
+// handing each to the disk through flight (nil: O_DIRECT, on the disk once
+// written).
 func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 	fd := int(c.out.Fd())
-	region := int64(len(c.buf))
+	region, fresh := int64(len(c.buf)), c.fresh > 0
+	if fresh {
+		region = c.fresh
+	}
 	var wrote int64
 	for off := int64(0); !stop.Load(); off = (off + probeBlock) % region {
-		if _, err := c.out.WriteAt(c.buf[off:off+probeBlock], c.start+off); err != nil {
+		block := c.buf[:probeBlock]
+		if !fresh {
+			block = c.buf[off : off+probeBlock]
+		}
+		c.filled = max(c.filled, min(off+probeBlock, c.fresh))
+		if _, err := c.out.WriteAt(block, c.start+off); err != nil {
 			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
 		}
 		if flight == nil {
@@ -221,7 +298,8 @@ func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 }
 
 // Close closes the target: what was written is on the disk by then, since
-// PushFor waits for it.
+// PushFor waits for it, and a hole written in is a hole again.
 func (c *DiskCrowd) Close() {
+	c.punch()
 	c.out.Close()
 }

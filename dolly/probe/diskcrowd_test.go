@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -96,6 +97,65 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 				t.Errorf("%d goroutines before, %d after", before, after)
 			}
 		})
+	}
+}
+
+// A sparse file's disk crowd writes where a cast writes, in a hole, which
+// the file system must allocate; after each push the hole is punched back,
+// and the file holds the same bytes in as many blocks as before.
+func TestDiskCrowdWritesInAHoleAndPunchesItBack(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("skipped: the write path is measured on Linux only")
+	}
+	const size, data = 64 << 20, 4 << 20
+	target := filepath.Join(t.TempDir(), "disk.img")
+	if err := testimage.Write(target, data, 7, testimage.Dense); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(target, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xEE}, data), size-data); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want, _ := testimage.SHA256(target, -1)
+	blocks := func() int64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(target, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks
+	}
+	before := blocks()
+	if before*512 >= size-data {
+		t.Skipf("skipped: the file system here keeps no holes (%d of %d bytes allocated)", before*512, size)
+	}
+	c, err := StartDiskCrowd(target, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.fresh < minHole || c.start < data || c.start+c.fresh > size-data {
+		t.Fatalf("writes %d bytes from %d: want at least %d within the hole [%d, %d)", c.fresh, c.start, minHole, data, size-data)
+	}
+	for push := 1; push <= 2; push++ {
+		n, _, err := c.PushFor(20*time.Millisecond, 100*time.Millisecond)
+		if err != nil {
+			t.Fatalf("push %d: %v", push, err)
+		}
+		if n <= 0 {
+			t.Fatalf("push %d: nothing reached the disk", push)
+		}
+		// What it allocated is given back (an extent block may stay).
+		if after := blocks(); after > before+64 {
+			t.Fatalf("push %d: %d blocks of 512 bytes allocated after it, %d before", push, after, before)
+		}
+	}
+	c.Close()
+	if got, _ := testimage.SHA256(target, -1); got != want {
+		t.Fatalf("the disk crowd changed the target: sha256 %.16s, was %.16s", got, want)
 	}
 }
 
