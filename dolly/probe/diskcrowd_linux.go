@@ -178,10 +178,16 @@ const minHole, maxHole = 2 * diskCrowdLag, 512 << 20
 // holeIn finds a hole of the file fd (of size bytes) that a disk crowd
 // may write in: the first at least minHole long from the middle of the
 // file on, else from its start. It returns its start and length, block
-// aligned and at most maxHole; length 0 if there is none, or the file
-// system cannot punch one (punching a hole where there is one changes
-// nothing).
+// aligned and at most maxHole, or a 32nd of the file system's free space
+// (every node of a machine may write its own at once, until punched
+// back); length 0 if there is none, or the file system cannot punch one
+// (punching a hole where there is one changes nothing).
 func holeIn(fd int, size int64) (start, length int64) {
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) != nil {
+		return 0, 0
+	}
+	most := min(maxHole, int64(fs.Bavail)*int64(fs.Bsize)/32/probeBlock*probeBlock)
 	for _, from := range []int64{size / 2, 0} {
 		for off := from; off < size; {
 			hole, err := unix.Seek(fd, off, unix.SEEK_HOLE)
@@ -193,7 +199,7 @@ func holeIn(fd int, size int64) (start, length int64) {
 				end = size // ENXIO: a hole up to the end
 			}
 			start = (hole + probeBlock - 1) / probeBlock * probeBlock
-			if length = min(end/probeBlock*probeBlock-start, maxHole); length >= minHole {
+			if length = min(end/probeBlock*probeBlock-start, most); length >= minHole {
 				if unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, start, length) != nil {
 					return 0, 0
 				}
