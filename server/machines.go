@@ -2,10 +2,13 @@ package server
 
 import (
 	"maps"
+	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"dolly/capacity"
+	"dolly/dolly/probe"
 )
 
 // topologyMachines returns the machine each host of net, a topology
@@ -223,4 +226,34 @@ func shareMachines(hosts []capacity.Host, machineOf []string) {
 		}
 		hosts[i].Machine = names[m]
 	}
+}
+
+// sourceMachine is the machine key of the source, as the nodes' are made.
+func (s *Server) sourceMachine(ready []*nodeState) string {
+	if len(ready) == 0 {
+		return ""
+	}
+	ip := ready[0].conn.LocalAddr().(*net.TCPAddr).IP
+	return machineKey(probe.MachineID(), probe.MACs(), ip.String())
+}
+
+// nodesHere counts the nodes running on dolly-server's own machine, and
+// sums the CPU time their part of the cast cost them; reported says
+// whether every one of them reported it.
+func (s *Server) nodesHere(ready []*nodeState) (n int, cpu time.Duration, reported bool) {
+	here := s.sourceMachine(ready)
+	if here == "" {
+		return 0, 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reported = true
+	for _, node := range ready {
+		if node.machine == here {
+			n++
+			cpu += node.castCPU
+			reported = reported && node.castCPU > 0
+		}
+	}
+	return n, cpu, reported
 }
