@@ -323,8 +323,12 @@ func predictedAgainstMeasured(sum Summary) string {
 	if !sum.Plan.Modeled || sum.Plan.Result.Rate <= 0 || want <= 0 || got <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("predicted %s MB/s, measured %s MB/s (the slowest node, over the ETA of %s and over its time; %+.0f%%); the model's bottleneck: %s; joining took %s (%s)",
-		mbps(want), mbps(got), formatDuration(sum.Plan.Result.ETA), 100*(got/want-1), sum.Plan.Result.Bottleneck, formatDuration(sum.JoinPhase), sum.JoinParts.String(sum.JoinPhase))
+	over := "the plan's rate"
+	if want != sum.Plan.Result.Rate {
+		over = "the image over the ETA of " + formatDuration(sum.Plan.Result.ETA)
+	}
+	return fmt.Sprintf("predicted %s MB/s (%s), measured %s MB/s (the slowest node over its time; %+.0f%%); the model's bottleneck: %s; joining took %s (%s)",
+		mbps(want), over, mbps(got), 100*(got/want-1), sum.Plan.Result.Bottleneck, formatDuration(sum.JoinPhase), sum.JoinParts.String(sum.JoinPhase))
 }
 
 func shortDigest(d imaging.Digest) string {

@@ -176,9 +176,9 @@ func TestPredictedAgainstMeasured(t *testing.T) {
 		line      string
 	}{
 		{"over the ETA", Summary{Size: size, Plan: chain(200e6, 2500*time.Millisecond), Nodes: done(3200 * time.Millisecond)}, 160e6,
-			"predicted 160.0 MB/s, measured 125.0 MB/s (the slowest node, over the ETA of 2.5s and over its time; -22%)"},
+			"predicted 160.0 MB/s (the image over the ETA of 2.5s), measured 125.0 MB/s (the slowest node over its time; -22%)"},
 		{"no ETA", Summary{Size: size, Plan: chain(200e6, 0), Nodes: done(4 * time.Second)}, 200e6,
-			"predicted 200.0 MB/s, measured 100.0 MB/s (the slowest node, over the ETA of 0.0s and over its time; -50%)"},
+			"predicted 200.0 MB/s (the plan's rate), measured 100.0 MB/s (the slowest node over its time; -50%)"},
 		{"not modeled", Summary{Size: size, Plan: Choice{}, Nodes: done(4 * time.Second)}, 0, ""},
 	}
 	for _, tt := range tests {

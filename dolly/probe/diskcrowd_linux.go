@@ -62,9 +62,10 @@ const maxSteadyWait = 600 * time.Millisecond
 const diskCrowdRegion, diskCrowdDirectRegion, diskCrowdLag = 16 << 20, 8 << 20, 16 << 20
 
 // StartDiskCrowd reads the region of the target at path that it will
-// rewrite (or finds the hole it will write in), and opens it for writing. A block device that is mounted or
-// held by another program is refused. The region is read into mem where
-// it fits (see StartCrowd), else into memory of its own.
+// rewrite (or finds the hole it will write in), and opens it for writing.
+// A block device that is mounted or held by another program is refused.
+// The region is read into mem where it fits (see StartCrowd), else into
+// memory of its own.
 func StartDiskCrowd(path string, buffered bool, mem []byte) (_ *DiskCrowd, err error) {
 	t, err := openTarget(path, buffered)
 	if err != nil {
