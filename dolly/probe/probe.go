@@ -343,8 +343,9 @@ func probeDecompress(enc imaging.Encoding, budget time.Duration) (float64, error
 // The sample is decoded by two decoders in turn, each into its own view of
 // one buffer (a few pages apart), and the rate is both together's: their
 // bytes over their CPU time. A decoder runs at one of two speeds, half of
-// one another, for as long as it lives, as the memory it was given falls (on the lab's VM; one made
-// after another was collected reuses its memory, and its speed). Timed
+// one another, for as long as it lives, as the memory it was given falls
+// (on the lab's VM; one made after another was collected reuses its
+// memory, and its speed). Timed
 // with one decoder, the sample read 830-1080 MB/s at 11 of 25 joins of
 // labs of 4 and 24 nodes and 1510-2140 at the others, and the preview of
 // one cast of 24 swung from 72 to 116 MB/s against 86-97 measured. Of two
