@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"dolly/capacity"
+	"dolly/dolly/relay"
 	"dolly/internal/natural"
 )
 
@@ -130,9 +131,10 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 		src := ch.Result.Plan.Hosts[0]
 		r, err := capacity.Evaluate(sub, capacity.Plan{Tree: capacity.Chain(len(group)), Hosts: append([]string{src}, group...), Compression: ch.Result.Plan.Compression}, opt)
 		if err == nil {
+			share := yieldShare(rate, ch.Result, opt)
 			for _, c := range r.Constraints {
 				if c.Kind == capacity.MachineCPULimit {
-					used[c.Subject] += c.Coef * rate
+					used[c.Subject] += c.Coef * rate * share
 				}
 			}
 		}
@@ -165,6 +167,24 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 		return capacity.Result{}, false
 	}
 	return r, true
+}
+
+// yieldShare is the share of the plan's time in which nodes served apart,
+// taking the stream at rate (raw image bytes per second), take the cores of
+// a machine they share with the plan's hosts. They yield them (see
+// control.Assign.Yield) until their relays' histories are full, which
+// their stream fills at its pace; a plan done by then leaves their work to
+// the cores it frees. 1 where the image's size is unknown.
+func yieldShare(rate float64, plan capacity.Result, opt capacity.Options) float64 {
+	if opt.ImageBytes <= 0 || !(rate > 0) || !(plan.Rate > 0) {
+		return 1
+	}
+	wire := 1 - opt.ZeroFraction // a raw stream sends its zero runs as headers
+	if c := plan.Plan.Compression; c.Enabled() {
+		wire = 1 / c.Factor
+	}
+	fill := float64(relay.HistoryBytes-relay.YieldRoom) / (rate * wire)
+	return max(0, 1-fill*plan.Rate/float64(opt.ImageBytes))
 }
 
 // alongside is sub, a part of the cast's network all, with every machine

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
 
 	"dolly/capacity"
+	"dolly/dolly/relay"
 	"dolly/imaging"
 )
 
@@ -282,5 +284,37 @@ func TestServeApartJudgesTheGainBesideThem(t *testing.T) {
 	ch = serveApart(net, opt, ch, choose)
 	if len(ch.Apart) != 0 || ch.Result.Rate != with {
 		t.Errorf("served apart %+v at %.3g B/s, against %.3g with them in the plan: want them kept in it", ch.Apart, ch.Result.Rate, with)
+	}
+}
+
+// Nodes served apart on a machine they share with the plan take its cores
+// only once their histories are full: not at all in a plan done sooner,
+// for the rest of a longer one.
+func TestYieldShare(t *testing.T) {
+	fill := float64(relay.HistoryBytes - relay.YieldRoom)
+	raw := capacity.Result{Rate: 400e6}
+	zstd := capacity.Result{Rate: 400e6, Plan: capacity.Plan{Compression: capacity.Compression{Codec: "zstd", Factor: 10}}}
+	for _, tt := range []struct {
+		name  string
+		rate  float64 // of the nodes apart, raw bytes per second
+		plan  capacity.Result
+		image int64
+		want  float64
+	}{
+		{"the image's size unknown", 12.5e6, raw, 0, 1},
+		{"the plan done before the histories fill", 12.5e6, raw, 512 << 20, 0},
+		// 12.5 MB/s of stream fill the history in fill/12.5e6 s; the plan
+		// takes 20 GB / 400 MB/s = 50 s.
+		{"a long plan", 12.5e6, raw, 20e9, 1 - fill/12.5e6/50},
+		// 125 MB/s of image are 12.5 of stream, as fast in time.
+		{"a compressed stream fills in its own bytes", 125e6, zstd, 20e9, 1 - fill/12.5e6/50},
+		{"no rate", 0, raw, 20e9, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			opt := capacity.Options{ImageBytes: tt.image}
+			if got := yieldShare(tt.rate, tt.plan, opt); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("share %.4f, want %.4f", got, tt.want)
+			}
+		})
 	}
 }

@@ -152,8 +152,13 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		}
 		assign(p.nodes[v-1], a)
 	}
+	s.yielding = nil
+	here := s.sourceMachine(p.all())
 	for _, ap := range p.apart {
-		a := control.Assign{Encoding: p.send.String()}
+		a := control.Assign{Encoding: p.send.String(), Yield: sharesMachine(ap.node, here, p.nodes)}
+		if a.Yield {
+			s.yielding = append(s.yielding, ap.node)
+		}
 		if ap.up >= 0 {
 			a.Upstream = p.name(ap.up)
 		} else {
@@ -225,6 +230,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		if haveDigest {
 			s.sendVerdicts(digest)
 		}
+		s.endYield()
 		if sourceDone && s.allFinished() {
 			finish()
 			return digest, nil
@@ -293,6 +299,40 @@ func (s *Server) checkNodes(now time.Time) {
 	for _, e := range down {
 		s.post(e)
 	}
+}
+
+// sharesMachine reports whether n runs on a machine with the source (whose
+// machine is source) or any of the plan's nodes: its decoding and writing
+// would take their cores.
+func sharesMachine(n *nodeState, source string, plan []*nodeState) bool {
+	if n.machine == "" {
+		return false
+	}
+	return n.machine == source || slices.ContainsFunc(plan, func(m *nodeState) bool { return m.machine == n.machine })
+}
+
+// endYield tells the nodes that yield to the plan's that they may catch up,
+// once no node of the plan (the tree but the nodes served apart) casts any
+// more.
+func (s *Server) endYield() {
+	s.mu.Lock()
+	if len(s.yielding) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	for _, v := range s.tree.planned() {
+		if v.node != nil && v.node.status == stCasting {
+			s.mu.Unlock()
+			return
+		}
+	}
+	nodes := s.yielding
+	s.yielding = nil
+	s.mu.Unlock()
+	for _, n := range nodes {
+		n.conn.Send(control.Message{Type: control.MsgCatchUp})
+	}
+	s.log.Info("the plan's nodes are done: the nodes served apart catch up", "nodes", len(nodes))
 }
 
 // stallMargin is how far an upstream must be ahead before a node that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -596,5 +597,59 @@ func TestTakenUpNodeCountsOnceReadyAgain(t *testing.T) {
 	}
 	if len(a.Children) != 1 || a.Children[0].Name != "pc02" || !bytes.Equal(a.Children[0].Token, w2.DataToken) {
 		t.Errorf("pc01's assign: %+v; want pc02 as its child, with the token of pc02's welcome", a)
+	}
+}
+
+// Nodes served apart that yield to the plan are told to catch up once no
+// node of the plan casts any more, once; the plan's nodes are not told.
+func TestEndYieldWaitsForThePlan(t *testing.T) {
+	pair := controlPairs(t)
+	s := &Server{tree: newCastTree(), log: slog.New(slog.DiscardHandler)}
+	ends := map[*nodeState]*control.Conn{}
+	node := func(name string, st status) *nodeState {
+		srv, nd := pair()
+		n := &nodeState{name: name, conn: srv, status: st}
+		ends[n] = nd
+		return n
+	}
+	a, b := node("a", stCasting), node("b", stCasting)
+	s.tree.add(s.tree.root, a)
+	s.tree.add(s.tree.at[a], b)
+	apart := node("apart", stCasting)
+	s.tree.addPaced(s.tree.at[b], apart)
+	behind := node("behind", stCasting) // the next of a far switch's chain
+	s.tree.add(s.tree.at[apart], behind)
+	s.yielding = []*nodeState{apart, behind}
+
+	told := func(n *nodeState) bool {
+		m, err := ends[n].Recv(50 * time.Millisecond)
+		if err == nil && m.Type != control.MsgCatchUp {
+			t.Fatalf("%s got %q", n.name, m.Type)
+		}
+		return err == nil
+	}
+	s.endYield()
+	a.status = stDone
+	s.endYield()
+	for _, n := range []*nodeState{apart, behind} {
+		if told(n) {
+			t.Fatalf("%s told to catch up while b of the plan casts", n.name)
+		}
+	}
+	b.status = stFailed // a failed node casts no more either
+	s.endYield()
+	s.endYield()
+	for _, n := range []*nodeState{apart, behind} {
+		if !told(n) {
+			t.Fatalf("%s not told to catch up once the plan was done", n.name)
+		}
+		if told(n) {
+			t.Fatalf("%s told to catch up twice", n.name)
+		}
+	}
+	for _, n := range []*nodeState{a, b} {
+		if told(n) {
+			t.Fatalf("%s of the plan told to catch up", n.name)
+		}
 	}
 }

@@ -230,6 +230,9 @@ type Server struct {
 	sharing    map[*nodeState]int
 	lastJoined time.Time    // when the last node joined, guarded by mu
 	castNodes  []*nodeState // every node of the cast
+	// yielding are nodes served apart that leave their machine's cores to
+	// the plan's nodes until those are done (control.Assign.Yield).
+	yielding []*nodeState
 }
 
 // Run casts cfg.Image to the nodes that join and returns the summary. The

@@ -49,6 +49,7 @@ const (
 	MsgAttachFailed MsgType = "attach-failed" // node → server: could not serve that child
 	MsgChildLost    MsgType = "child-lost"    // node → server: a child's connection failed
 	MsgPing         MsgType = "ping"          // server → node: I am here
+	MsgCatchUp      MsgType = "catch-up"      // server → node: the plan's nodes are done, stop yielding
 
 	// Before the plan, the server measures the network with bandwidth
 	// probes (see dolly/probe).
@@ -250,6 +251,11 @@ type Assign struct {
 	// Encoding is how the stream travels ("raw", "zstd", "gzip"): the plan
 	// may send an image otherwise than it is stored.
 	Encoding string `json:"encoding"`
+	// Yield, for a node served apart on a machine it shares with nodes of
+	// the plan, has it decode and write only as its relay's history fills
+	// (relay.Relay.Yield), until MsgCatchUp: the plan's nodes then get the
+	// machine's cores first, while its link takes the stream as it comes.
+	Yield bool `json:"yield,omitempty"`
 }
 
 // Progress is a node's periodic report; it is also how the server knows
@@ -402,7 +408,7 @@ func (m *Message) validate() error {
 		missing = m.Share == nil
 	case MsgChallenge, MsgProof:
 		missing = m.Auth == nil
-	case MsgReject, MsgFail, MsgAbort, MsgPing:
+	case MsgReject, MsgFail, MsgAbort, MsgPing, MsgCatchUp:
 	default:
 		return fmt.Errorf("unknown control message type %q", m.Type)
 	}

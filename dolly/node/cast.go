@@ -38,6 +38,10 @@ func (n *node) cast(ctx context.Context, a *control.Assign) (Result, error) {
 		return Result{}, n.fail(err.Error())
 	}
 	n.relay = r
+	if a.Yield {
+		r.Yield(true)
+		n.log.Info("served apart on a machine shared with the plan: writing as the history fills, until the plan is done")
+	}
 	n.ctl.resumable.Store(true)
 	close(n.casting) // upstreams may come in
 	relayCtx, stopRelay := context.WithCancel(ctx)
@@ -141,6 +145,9 @@ func (n *node) onControl(ctx context.Context, ev sessionEvent) (*control.Result,
 		for _, p := range m.Assign.Children {
 			go n.attach(ctx, p)
 		}
+	case control.MsgCatchUp:
+		n.relay.Yield(false)
+		n.log.Info("the plan is done: catching up")
 	case control.MsgResult:
 		return m.Result, nil
 	}

@@ -31,6 +31,9 @@ type history struct {
 	ended            bool                // the reader verified the end frame
 	waiting          bool                // the reader waits for bytes not yet here
 	need             int64               // the offset a waiting reader needs bytes up to
+	// yield has the reader hold off while the history has room (see
+	// Relay.Yield); holding says it does so now.
+	yield, holding bool
 	// lent is the first byte lent to the reader and still in use (-1:
 	// none); see Lend.
 	lent  int64
@@ -95,7 +98,7 @@ func (h *history) put(limit int, read func([]byte) (int, error)) (int, error) {
 	h.mu.Lock()
 	h.end += int64(n)
 	h.cond.Broadcast()
-	if h.waiting && h.end >= h.need {
+	if h.waiting && h.end >= h.need || h.holding && !h.held() {
 		h.readable.Signal()
 	}
 	h.mu.Unlock()
@@ -130,6 +133,9 @@ func (h *history) Read(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lent = -1
+	for h.held() {
+		h.holdOff()
+	}
 	for h.read == h.end && h.err == nil {
 		h.wait(h.read + 1)
 	}
@@ -160,6 +166,9 @@ func (h *history) Lend(n int) ([]byte, error) {
 		return b, err
 	}
 	defer h.mu.Unlock()
+	for h.held() {
+		h.holdOff()
+	}
 	for h.end-h.read < int64(n) && h.err == nil {
 		h.wait(h.read + int64(n))
 	}
@@ -181,6 +190,34 @@ func (h *history) wait(need int64) {
 	h.cond.Broadcast() // for waitSettled
 	h.readable.Wait()
 	h.waiting = false
+}
+
+// YieldRoom is the room a yielding reader leaves in the history: it reads
+// once less than this is free, so that what comes in never waits for it.
+const YieldRoom = 4 << 20
+
+// held reports whether the reader holds off: it yields, the stream goes
+// on, and the history has more than yieldRoom free. Called with mu held.
+func (h *history) held() bool {
+	return h.yield && h.err == nil && int64(len(h.buf))-(h.end-h.floor()) > YieldRoom
+}
+
+// holdOff waits, as the reader, until it need not hold off any more.
+// Called with mu held.
+func (h *history) holdOff() {
+	h.holding = true
+	h.cond.Broadcast() // for tests that wait for it
+	h.readable.Wait()
+	h.holding = false
+}
+
+// setYield has the reader hold off while the history has room, or read as
+// the bytes come.
+func (h *history) setYield(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.yield = on
+	h.readable.Broadcast()
 }
 
 // copyOut copies bytes from offset off into p, up to the end or the wrap.
@@ -222,6 +259,9 @@ func (h *history) waitSettled(ctx context.Context, pos int64) bool {
 	defer stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// Nothing more comes for now: a yielding reader reads what is here.
+	h.yield = false
+	h.readable.Broadcast()
 	for !h.ended && !(h.end >= pos && (h.skipReads || (h.waiting && h.need > pos))) && ctx.Err() == nil {
 		h.cond.Wait()
 	}

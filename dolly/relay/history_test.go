@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestHistoryPassesEverythingThrough(t *testing.T) {
@@ -169,5 +170,92 @@ func fill(h *history, src io.Reader) error {
 			h.close(err)
 			return err
 		}
+	}
+}
+
+// A yielding reader holds off until the history is nearly full, then
+// reads only as much as keeps room for what comes; once it stops
+// yielding it reads on, and it gets the stream as it was filled.
+func TestHistoryYieldingReaderHoldsOffUntilNearlyFull(t *testing.T) {
+	const size = 16 << 20
+	data := randomBytes(24<<20, 12)
+	h := newHistory(make([]byte, size))
+	h.setYield(true)
+	if err := h.write(data[:10<<20]); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 64)
+	go func() {
+		for {
+			b := make([]byte, 1<<20)
+			if _, err := io.ReadFull(h, b); err != nil {
+				close(got)
+				return
+			}
+			got <- b
+		}
+	}()
+	// readAt waits until the reader holds off and says where it is.
+	readAt := func() int64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			h.mu.Lock()
+			h.cond.Broadcast()
+			h.mu.Unlock()
+		})
+		defer stop()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for !h.holding && ctx.Err() == nil {
+			h.cond.Wait()
+		}
+		if !h.holding {
+			t.Fatalf("the reader does not hold off; it read to %d of %d", h.read, h.end)
+		}
+		return h.read
+	}
+	if at := readAt(); at != 0 {
+		t.Fatalf("the reader read to %d with 6 MiB of 16 free", at)
+	}
+	// 3 MiB free: it reads until more than YieldRoom (4 MiB) is free.
+	if err := h.write(data[10<<20 : 13<<20]); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	out = append(out, <-got...)
+	out = append(out, <-got...)
+	if at := readAt(); at != 2<<20 {
+		t.Fatalf("the reader read to %d with 3 MiB free; want 2 MiB, which leaves 5 MiB free", at)
+	}
+	h.setYield(false)
+	go func() {
+		h.write(data[13<<20:])
+		h.close(nil)
+	}()
+	for b := range got {
+		out = append(out, b...)
+	}
+	if !bytes.Equal(out, data) {
+		t.Fatal("the yielding reader did not get the stream as it was filled")
+	}
+}
+
+// The end of the stream frees a yielding reader: it reads what is left.
+func TestHistoryYieldingReaderReadsToTheEnd(t *testing.T) {
+	data := randomBytes(3<<20, 13)
+	h := newHistory(make([]byte, 16<<20))
+	h.setYield(true)
+	go func() {
+		h.write(data)
+		h.close(nil)
+	}()
+	out, err := io.ReadAll(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, data) {
+		t.Fatal("the yielding reader did not get the whole stream")
 	}
 }

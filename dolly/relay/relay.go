@@ -224,6 +224,13 @@ func (r *Relay) Starved() time.Duration {
 // node must keep reading it, or the relay stalls once the history is full.
 func (r *Relay) Reader() io.Reader { return r.hist }
 
+// Yield has the node's reader hold off while the relay's history has room:
+// the node's decoding and writing then wait, as the history fills, for the
+// machine's cores that others need more, while its link and its children
+// get the stream as it comes. Yield(false) lets it read on at once, as does
+// the end of the stream or a pause of the upstream's.
+func (r *Relay) Yield(on bool) { r.hist.setYield(on) }
+
 // EndSeen tells the relay that the node's frame reader verified the end
 // frame: an upstream that closes now has finished, not failed.
 func (r *Relay) EndSeen() { r.hist.markEnd() }
