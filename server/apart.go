@@ -129,12 +129,24 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 		})
 		sub = alongside(sub, net)
 		src := ch.Result.Plan.Hosts[0]
-		r, err := capacity.Evaluate(sub, capacity.Plan{Tree: capacity.Chain(len(group)), Hosts: append([]string{src}, group...), Compression: ch.Result.Plan.Compression}, opt)
+		plan := capacity.Plan{Tree: capacity.Chain(len(group)), Hosts: append([]string{src}, group...), Compression: ch.Result.Plan.Compression}
+		r, err := capacity.Evaluate(sub, plan, opt)
 		if err == nil {
+			// Yielding, they take the stream in and pass it on all along,
+			// and decode, check and write only for the share.
 			share := yieldShare(rate, ch.Result, opt)
+			passing := map[string]float64{}
+			if p, err := capacity.Evaluate(passingOnly(sub, group), plan, opt); err == nil && share < 1 {
+				for _, c := range p.Constraints {
+					if c.Kind == capacity.MachineCPULimit {
+						passing[c.Subject] += c.Coef
+					}
+				}
+			}
 			for _, c := range r.Constraints {
 				if c.Kind == capacity.MachineCPULimit {
-					used[c.Subject] += c.Coef * rate * share
+					pass := min(passing[c.Subject], c.Coef)
+					used[c.Subject] += (pass + (c.Coef-pass)*share) * rate
 				}
 			}
 		}
@@ -185,6 +197,33 @@ func yieldShare(rate float64, plan capacity.Result, opt capacity.Options) float6
 	}
 	fill := float64(relay.HistoryBytes-relay.YieldRoom) / (rate * wire)
 	return max(0, 1-fill*plan.Rate/float64(opt.ImageBytes))
+}
+
+// passingOnly is net with the work of the hosts names of their own made
+// free: decoding, the frames' check and the target's write. What is left is
+// what a node that yields costs while it does: taking the stream in and
+// passing it on. The relay's copy into its history stays where the relay
+// was not measured whole (it is counted as a copy then).
+func passingOnly(net capacity.Network, names []string) capacity.Network {
+	const free = 1e30 // bytes per second: a cost of next to nothing
+	net.Hosts = slices.Clone(net.Hosts)
+	for i := range net.Hosts {
+		h := &net.Hosts[i]
+		if !slices.Contains(names, h.Name) {
+			continue
+		}
+		cpu := h.Resources.CPU
+		cpu.Disk, cpu.Digest = free, free
+		if cpu.Relay > 0 {
+			cpu.Copy = free
+		}
+		cpu.Decompress = maps.Clone(cpu.Decompress)
+		for codec := range cpu.Decompress {
+			cpu.Decompress[codec] = free
+		}
+		h.Resources.CPU = cpu
+	}
+	return net
 }
 
 // alongside is sub, a part of the cast's network all, with every machine

@@ -318,3 +318,33 @@ func TestYieldShare(t *testing.T) {
 		})
 	}
 }
+
+// A node that yields still takes the stream in and passes it on: that
+// costs its machine's cores, its decoding and writing do not.
+func TestPassingOnlyLeavesTheDataPath(t *testing.T) {
+	net, opt := twoSwitchLab(4, 2)
+	far := farNodes(net)
+	plan := capacity.Plan{Tree: capacity.Chain(len(far)), Hosts: append([]string{"source"}, far...), Compression: opt.Compression}
+	cores := func(n capacity.Network) float64 {
+		t.Helper()
+		r, err := capacity.Evaluate(n, plan, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := 0.0
+		for _, c := range r.Constraints {
+			if c.Kind == capacity.MachineCPULimit {
+				sum += c.Coef
+			}
+		}
+		return sum
+	}
+	all, passing := cores(net), cores(passingOnly(net, far))
+	// The source's feed and the nodes' streams in and out stay.
+	if passing <= 0 || passing >= all/2 {
+		t.Errorf("passing the stream on costs %.3g core-s per byte, the whole work %.3g: want some, and well under half", passing, all)
+	}
+	if again := cores(net); again != all {
+		t.Errorf("the cast's network changed: %.3g core-s per byte, was %.3g", again, all)
+	}
+}

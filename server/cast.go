@@ -171,6 +171,10 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 		}
 		assign(ap.node, a)
 	}
+	if len(s.yielding) > 0 {
+		fmt.Fprintf(s.cfg.Out, "served apart on a machine the plan runs on, %s write as their buffers fill, and catch up once the plan's nodes are done\n",
+			joinNames(s.yielding, 4))
+	}
 
 	view := newProgressView(s.cfg.Out, s.cfg.Interactive, s.cfg.ProgressEvery, s.img.Size)
 	// Check often enough that a silent node is noticed within a fraction

@@ -138,7 +138,9 @@ func (n *node) onControl(ctx context.Context, ev sessionEvent) (*control.Result,
 	case control.MsgDetach:
 		n.relay.Detach(ctx, m.Peer.Name)
 	case control.MsgAssign:
-		// A restarted server places the node anew.
+		// A restarted server places the node anew, and says whether it
+		// still yields.
+		n.relay.Yield(m.Assign.Yield)
 		for _, name := range n.relay.ChildNames(ctx) {
 			n.relay.Detach(ctx, name)
 		}

@@ -218,6 +218,18 @@ func TestTwoSwitchesRunAtTheirOwnRates(t *testing.T) {
 	if slowestNear < 2*trunkRate {
 		t.Errorf("the source's side ran at %.2f MB/s, the trunk's rate is %.2f\n%s", slowestNear, trunkRate, out)
 	}
+	// On this one machine the far side leaves the cores to the near side
+	// until it is done, and then catches up.
+	if !strings.Contains(out, "write as their buffers fill") {
+		t.Errorf("the server does not say the far side yields\n%s", out)
+	}
+	for i, n := range r.Nodes {
+		log := c.log(n.Name)
+		yielded := strings.Contains(log, "writing as the history fills") && strings.Contains(log, "the plan is done: catching up")
+		if far := i >= perSwitch; far != yielded {
+			t.Errorf("%s (far side: %v) yielded and caught up: %v\n%s", n.Name, far, yielded, log)
+		}
+	}
 	t.Logf("two switches of %v Mbit/s, trunk %v Mbit/s: %s", mbit, trunk, describeRates(r))
 }
 
