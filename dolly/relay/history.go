@@ -251,12 +251,7 @@ func (h *history) markEnd() {
 // short). A reader that gave up (stopReading) cannot tell: the stream is
 // then taken as cut short unless the end was marked.
 func (h *history) waitSettled(ctx context.Context, pos int64) bool {
-	stop := context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		h.cond.Broadcast()
-		h.mu.Unlock()
-	})
-	defer stop()
+	defer h.wakeWhenDone(ctx)()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// Nothing more comes for now: a yielding reader reads what is here.
@@ -266,6 +261,16 @@ func (h *history) waitSettled(ctx context.Context, pos int64) bool {
 		h.cond.Wait()
 	}
 	return h.ended
+}
+
+// wakeWhenDone wakes every waiter on cond once ctx is done, so that a wait
+// can end with ctx; the function it returns stops that.
+func (h *history) wakeWhenDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		h.cond.Broadcast()
+		h.mu.Unlock()
+	})
 }
 
 // waitEnd waits until the history holds the stream up to offset pos, or

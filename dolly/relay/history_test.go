@@ -200,12 +200,7 @@ func TestHistoryYieldingReaderHoldsOffUntilNearlyFull(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		stop := context.AfterFunc(ctx, func() {
-			h.mu.Lock()
-			h.cond.Broadcast()
-			h.mu.Unlock()
-		})
-		defer stop()
+		defer h.wakeWhenDone(ctx)()
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		for !h.holding && ctx.Err() == nil {
