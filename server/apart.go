@@ -136,7 +136,11 @@ func beside(main, net capacity.Network, ch Choice, opt capacity.Options) (capaci
 			// and decode, check and write only for the share.
 			share := yieldShare(rate, ch.Result, opt)
 			passing := map[string]float64{}
-			if p, err := capacity.Evaluate(passingOnly(sub, group), plan, opt); err == nil && share < 1 {
+			if share < 1 {
+				p, err := capacity.Evaluate(passingOnly(sub, group), plan, opt)
+				if err != nil {
+					share = 1 // counted whole, as if they did not yield
+				}
 				for _, c := range p.Constraints {
 					if c.Kind == capacity.MachineCPULimit {
 						passing[c.Subject] += c.Coef

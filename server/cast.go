@@ -330,13 +330,18 @@ func (s *Server) endYield() {
 			return
 		}
 	}
-	nodes := s.yielding
+	// A node that misses this (its connection lost meanwhile) reads as
+	// its history fills, and all of it once its stream ends.
+	conns := make([]*control.Conn, 0, len(s.yielding))
+	for _, n := range s.yielding {
+		conns = append(conns, n.conn)
+	}
 	s.yielding = nil
 	s.mu.Unlock()
-	for _, n := range nodes {
-		n.conn.Send(control.Message{Type: control.MsgCatchUp})
+	for _, c := range conns {
+		c.Send(control.Message{Type: control.MsgCatchUp})
 	}
-	s.log.Info("the plan's nodes are done: the nodes served apart catch up", "nodes", len(nodes))
+	s.log.Info("the plan's nodes are done: the nodes served apart catch up", "nodes", len(conns))
 }
 
 // stallMargin is how far an upstream must be ahead before a node that

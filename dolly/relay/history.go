@@ -32,8 +32,9 @@ type history struct {
 	waiting          bool                // the reader waits for bytes not yet here
 	need             int64               // the offset a waiting reader needs bytes up to
 	// yield has the reader hold off while the history has room (see
-	// Relay.Yield); holding says it does so now.
-	yield, holding bool
+	// Relay.Yield); holding says it does so now; settling suspends yield
+	// while the relay waits for the reader after its upstream stopped.
+	yield, holding, settling bool
 	// lent is the first byte lent to the reader and still in use (-1:
 	// none); see Lend.
 	lent  int64
@@ -199,7 +200,7 @@ const YieldRoom = 4 << 20
 // held reports whether the reader holds off: it yields, the stream goes
 // on, and the history has more than yieldRoom free. Called with mu held.
 func (h *history) held() bool {
-	return h.yield && h.err == nil && int64(len(h.buf))-(h.end-h.floor()) > YieldRoom
+	return h.yield && !h.settling && h.err == nil && int64(len(h.buf))-(h.end-h.floor()) > YieldRoom
 }
 
 // holdOff waits, as the reader, until it need not hold off any more.
@@ -254,9 +255,11 @@ func (h *history) waitSettled(ctx context.Context, pos int64) bool {
 	defer h.wakeWhenDone(ctx)()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	// Nothing more comes for now: a yielding reader reads what is here.
-	h.yield = false
+	// Nothing more comes for now: a yielding reader reads what is here,
+	// and yields again once a new upstream sends.
+	h.settling = true
 	h.readable.Broadcast()
+	defer func() { h.settling = false }()
 	for !h.ended && !(h.end >= pos && (h.skipReads || (h.waiting && h.need > pos))) && ctx.Err() == nil {
 		h.cond.Wait()
 	}

@@ -195,22 +195,7 @@ func TestHistoryYieldingReaderHoldsOffUntilNearlyFull(t *testing.T) {
 			got <- b
 		}
 	}()
-	// readAt waits until the reader holds off and says where it is.
-	readAt := func() int64 {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		defer h.wakeWhenDone(ctx)()
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		for !h.holding && ctx.Err() == nil {
-			h.cond.Wait()
-		}
-		if !h.holding {
-			t.Fatalf("the reader does not hold off; it read to %d of %d", h.read, h.end)
-		}
-		return h.read
-	}
+	readAt := func() int64 { t.Helper(); return holdingAt(t, h) }
 	if at := readAt(); at != 0 {
 		t.Fatalf("the reader read to %d with 6 MiB of 16 free", at)
 	}
@@ -252,5 +237,61 @@ func TestHistoryYieldingReaderReadsToTheEnd(t *testing.T) {
 	}
 	if !bytes.Equal(out, data) {
 		t.Fatal("the yielding reader did not get the whole stream")
+	}
+}
+
+// holdingAt waits until h's reader holds off and says where it is.
+func holdingAt(t *testing.T, h *history) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer h.wakeWhenDone(ctx)()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for !h.holding && ctx.Err() == nil {
+		h.cond.Wait()
+	}
+	if !h.holding {
+		t.Fatalf("the reader does not hold off; it read to %d of %d", h.read, h.end)
+	}
+	return h.read
+}
+
+// An upstream that stops lets a yielding reader read what is here, so that
+// the relay can tell a cut stream; once another upstream sends, the reader
+// yields again.
+func TestHistoryYieldsAgainAfterItsUpstreamStopped(t *testing.T) {
+	data := randomBytes(3<<20, 14)
+	h := newHistory(make([]byte, 16<<20))
+	h.setYield(true)
+	if err := h.write(data[:2<<20]); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(h)
+		got <- b
+	}()
+	if at := holdingAt(t, h); at != 0 {
+		t.Fatalf("the reader read to %d with 14 MiB free", at)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h.waitSettled(ctx, 2<<20) {
+		t.Fatal("a stream without its end frame settled as complete")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the relay waited in vain for a yielding reader to read what came before the stop")
+	}
+	if err := h.write(data[2<<20:]); err != nil {
+		t.Fatal(err)
+	}
+	// It may take what it was waiting for when the bytes came, no more.
+	if at := holdingAt(t, h); at < 2<<20 || at >= 3<<20 {
+		t.Fatalf("the reader read to %d of 3 MiB: want it holding off again past what came before the stop", at)
+	}
+	h.close(nil)
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatal("the reader did not get the stream as it was filled")
 	}
 }

@@ -227,8 +227,8 @@ func (r *Relay) Reader() io.Reader { return r.hist }
 // Yield has the node's reader hold off while the relay's history has room:
 // the node's decoding and writing then wait, as the history fills, for the
 // machine's cores that others need more, while its link and its children
-// get the stream as it comes. Yield(false) lets it read on at once, as does
-// the end of the stream or a pause of the upstream's.
+// get the stream as it comes. Yield(false) lets it read on at once; so does
+// the end of the stream, and an upstream that stops, until another sends.
 func (r *Relay) Yield(on bool) { r.hist.setYield(on) }
 
 // EndSeen tells the relay that the node's frame reader verified the end
