@@ -225,7 +225,7 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		m := machines[h.Machine]
 		if m == nil {
 			mc := f.net.Machines[h.Machine]
-			m = &sharedMachine{contention: mc.Contention, beside: mc.Beside, cast: mc.CastCost * st.wire(), sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
+			m = &sharedMachine{contention: mc.Contention, beside: mc.Beside, cast: mc.CastCost * st.wire(), processShare: mc.ProcessShare, sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -285,7 +285,9 @@ type sharedMachine struct {
 	beside            int // hosts of the cast beside the plan (Machine.Beside)
 	contention        float64
 	cast              float64 // CPU per raw byte, once for the cast
+	processShare      float64 // Machine.ProcessShare: 0, all the cores
 	cpu, cpuCap       float64
+	decoding          float64 // the part of cpu the hosts' decoding threads take
 	memory, memoryCap float64
 	sharedDisk        bool
 	crowdDisk         float64 // the shared disk's rate with all its writers at once; 0: unknown
@@ -300,6 +302,8 @@ func (m *sharedMachine) add(cs []Constraint) {
 		case CPULimit:
 			m.cpu += c.Coef
 			m.cpuCap = max(m.cpuCap, c.Cap)
+		case DecompressLimit:
+			m.decoding += c.Coef
 		case MemoryLimit:
 			m.memory += c.Coef
 			m.memoryCap = max(m.memoryCap, c.Cap)
@@ -320,7 +324,14 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		return dst
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
-		coef := m.cpu*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
+		work := m.cpu
+		if m.processShare > 0 {
+			// What the kernel's threads and idle cores take goes with the
+			// hosts' streams and writes; a decoding thread's work is its
+			// own.
+			work = (m.cpu-m.decoding)/m.processShare + m.decoding
+		}
+		coef := work*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
 		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})
 	}
 	if m.hosts < 2 { // the rest is the plan's hosts' alone

@@ -71,6 +71,16 @@ type Machine struct {
 	// Crowded says its hosts' CPU figures were measured by all of them at
 	// once, so what they cost each other is in the figures already.
 	Crowded bool
+	// ProcessShare is the part of the machine's CPU time its hosts'
+	// processes get when all of them stream at once as fast as its CPUs
+	// let them: the rest goes to the kernel's threads (the deferred
+	// receives and queue timers of virtual or shaped links) and to cores
+	// left idle while each host waits for the one before. No host's
+	// figures show either. Both go with the hosts' streams and writes,
+	// not with a decoding thread's work, which runs on its own: the model
+	// counts the rest of their work at 1/ProcessShare times its cost. 0:
+	// all of it is theirs.
+	ProcessShare float64
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.
@@ -150,6 +160,9 @@ func compile(net Network) (*fabric, error) {
 		}
 		if m.Beside < 0 {
 			return nil, fmt.Errorf("machine %s: %d hosts beside the plan: want 0 or more", name, m.Beside)
+		}
+		if m.ProcessShare < 0 || m.ProcessShare > 1 {
+			return nil, fmt.Errorf("machine %s: process share %v: want a share from 0 to 1", name, m.ProcessShare)
 		}
 	}
 	f.hostSw = make([]int, len(net.Hosts))

@@ -247,6 +247,49 @@ func TestMachineContention(t *testing.T) {
 	}
 }
 
+// A machine whose hosts' processes get only part of its CPU time counts
+// their work, but for their decoding threads', at the reciprocal of that
+// share: a raw chain's whole coefficient grows by it, a compressed one's
+// only by what its nodes do besides decoding.
+func TestMachineProcessShare(t *testing.T) {
+	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB,
+		Decompress: map[string]float64{"zstd": 200 * MB}}}
+	zstd := Compression{Codec: "zstd", Factor: 4}
+	tests := []struct {
+		comp  Compression
+		share float64
+	}{{Compression{}, 0}, {Compression{}, 1}, {Compression{}, 0.8}, {Compression{}, 0.5}, {zstd, 0}, {zstd, 0.8}, {zstd, 0.5}}
+	for _, tt := range tests {
+		net := oneSwitch(4, 1250*MB, res)
+		for i := range net.Hosts {
+			net.Hosts[i].Machine = "box"
+		}
+		r := evaluateWith(t, net, Chain(4), tt.comp, Options{})
+		plain := find(t, r, MachineCPULimit, "box")
+		var decoding float64
+		for _, c := range r.Constraints {
+			if c.Kind == DecompressLimit {
+				decoding += c.Coef
+			}
+		}
+		if (decoding > 0) != tt.comp.Enabled() {
+			t.Fatalf("%v: decoding threads' coefficients sum to %v", tt.comp, decoding)
+		}
+		net.Machines = map[string]Machine{"box": {ProcessShare: tt.share}}
+		c := find(t, evaluateWith(t, net, Chain(4), tt.comp, Options{}), MachineCPULimit, "box")
+		want := plain.Coef
+		if tt.share > 0 {
+			want = (plain.Coef-decoding)/tt.share + decoding
+		}
+		if !near(c.Coef, want) {
+			t.Errorf("%v, share %v: coefficient %v, want %v", tt.comp, tt.share, c.Coef, want)
+		}
+		if c.Cap != plain.Cap {
+			t.Errorf("%v, share %v: %v cores, want %v", tt.comp, tt.share, c.Cap, plain.Cap)
+		}
+	}
+}
+
 // The cast cost adds the same to the machine's coefficient whatever the
 // number of hosts, per byte on the wire: a compressed stream pays it on
 // its compressed bytes.
@@ -284,6 +327,8 @@ func TestMachineFiguresChecked(t *testing.T) {
 		{Machine{Contention: -0.5}, "machine box: contention -0.5"},
 		{Machine{CastCost: -1e-9}, "machine box: cast cost -1e-09"},
 		{Machine{Beside: -1}, "machine box: -1 hosts beside the plan"},
+		{Machine{ProcessShare: 1.2}, "machine box: process share 1.2"},
+		{Machine{ProcessShare: -0.1}, "machine box: process share -0.1"},
 	}
 	for _, tt := range tests {
 		net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})

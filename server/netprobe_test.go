@@ -186,17 +186,21 @@ func TestMachineRing(t *testing.T) {
 func TestLinkCPU(t *testing.T) {
 	pc := &nodeState{name: "pc1", machine: "box"}
 	for _, tt := range []struct {
-		name               string
-		own, machine, slow float64
-		want               float64
+		name                      string
+		own, machine, slow, share float64
+		want                      float64
 	}{
-		{"kernel threads add to the process", 1e-9, 3e-9, 0, 3e-9},
-		{"the process alone costs more", 2e-9, 1e-9, 0, 2e-9},
-		{"no machine figure", 2e-9, 0, 0, 2e-9},
-		{"not measured", 0, 3e-9, 0, 0},
-		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 2e-9},
+		{"kernel threads add to the process", 1e-9, 3e-9, 0, 0, 3e-9},
+		{"the process alone costs more", 2e-9, 1e-9, 0, 0, 2e-9},
+		{"no machine figure", 2e-9, 0, 0, 0, 2e-9},
+		{"not measured", 0, 3e-9, 0, 0, 0},
+		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 0, 2e-9},
+		{"the kernel's threads in the machine's process share", 1e-9, 3e-9, 0, 0.8, 1e-9},
 	} {
 		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}, ringBusy: map[string]float64{}}
+		if tt.share > 0 {
+			f.processShare = map[string]float64{"box": tt.share}
+		}
 		if tt.slow > 0 {
 			// Two cores for 1 s against a lone cost of 1 ns a byte: the
 			// crowd moved 2e9/slowdown bytes.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -143,6 +144,7 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 // network (its hosts that joined, filled in from their probes) or one switch.
 func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network, []string) {
 	var notes []string
+	figs.processShare = heldByCPU(figs.processShare, ready, func(n *nodeState) float64 { return figs.link(n.name) }, s.fileLink)
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		// On loopback the source has no link: its sends cost CPU, which
@@ -227,13 +229,18 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	if len(machines) < len(ready) {
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
+	for _, key := range slices.Sorted(maps.Keys(figs.processShare)) {
+		notes = append(notes, processShareNote(machines[key], figs.processShare[key]))
+	}
 	if t := s.cfg.Topology; t != nil {
 		correctDisturbed(probes, machineOf, figs.crowds)
 		net, err := fromTopology(t, probes)
 		if err == nil {
 			// The file tells the lab's shape; what its machines' hosts
 			// cost each other was measured all the same.
-			markCrowds(&net, topologyMachines(net, ready, machineOf[0]), figs.crowds)
+			hostMachines := topologyMachines(net, ready, machineOf[0])
+			markCrowds(&net, hostMachines, figs.crowds)
+			markProcessShares(&net, hostMachines, figs.processShare)
 			return net, notes
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
@@ -245,6 +252,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	shareMachines(net.Hosts, machineOf)
 	shareFileDisks(&net, ready)
 	markCrowds(&net, machineOf, figs.crowds)
+	markProcessShares(&net, machineOf, figs.processShare)
 	markDiskCrowds(&net, machineOf, figs.disks)
 	return net, notes
 }
