@@ -161,7 +161,7 @@ func compile(net Network) (*fabric, error) {
 		if m.Beside < 0 {
 			return nil, fmt.Errorf("machine %s: %d hosts beside the plan: want 0 or more", name, m.Beside)
 		}
-		if m.ProcessShare < 0 || m.ProcessShare > 1 {
+		if !(m.ProcessShare >= 0 && m.ProcessShare <= 1) {
 			return nil, fmt.Errorf("machine %s: process share %v: want a share from 0 to 1", name, m.ProcessShare)
 		}
 	}

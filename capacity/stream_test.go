@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -256,9 +257,12 @@ func TestMachineProcessShare(t *testing.T) {
 		Decompress: map[string]float64{"zstd": 200 * MB}}}
 	zstd := Compression{Codec: "zstd", Factor: 4}
 	tests := []struct {
-		comp  Compression
-		share float64
-	}{{Compression{}, 0}, {Compression{}, 1}, {Compression{}, 0.8}, {Compression{}, 0.5}, {zstd, 0}, {zstd, 0.8}, {zstd, 0.5}}
+		comp       Compression
+		share      float64
+		contention float64
+		cast       float64
+	}{{Compression{}, 0, 0, 0}, {Compression{}, 1, 0, 0}, {Compression{}, 0.8, 0, 0}, {Compression{}, 0.5, 0, 0},
+		{zstd, 0, 0, 0}, {zstd, 0.8, 0, 0}, {zstd, 0.5, 0, 0}, {zstd, 0.8, 0.1, 2e-9}, {Compression{}, 0.8, 0.2, 1e-9}}
 	for _, tt := range tests {
 		net := oneSwitch(4, 1250*MB, res)
 		for i := range net.Hosts {
@@ -275,19 +279,29 @@ func TestMachineProcessShare(t *testing.T) {
 		if (decoding > 0) != tt.comp.Enabled() {
 			t.Fatalf("%v: decoding threads' coefficients sum to %v", tt.comp, decoding)
 		}
-		net.Machines = map[string]Machine{"box": {ProcessShare: tt.share}}
+		net.Machines = map[string]Machine{"box": {ProcessShare: tt.share, Contention: tt.contention, CastCost: tt.cast}}
 		c := find(t, evaluateWith(t, net, Chain(4), tt.comp, Options{}), MachineCPULimit, "box")
-		want := plain.Coef
+		work := plain.Coef
 		if tt.share > 0 {
-			want = (plain.Coef-decoding)/tt.share + decoding
+			work = (plain.Coef-decoding)/tt.share + decoding
 		}
+		// The cast cost is the machine's own, not its hosts' work.
+		want := work*(1+tt.contention*4) + tt.cast*wireShare(tt.comp)
 		if !near(c.Coef, want) {
-			t.Errorf("%v, share %v: coefficient %v, want %v", tt.comp, tt.share, c.Coef, want)
+			t.Errorf("%v, share %v, contention %v, cast %v: coefficient %v, want %v", tt.comp, tt.share, tt.contention, tt.cast, c.Coef, want)
 		}
 		if c.Cap != plain.Cap {
 			t.Errorf("%v, share %v: %v cores, want %v", tt.comp, tt.share, c.Cap, plain.Cap)
 		}
 	}
+}
+
+// wireShare is the bytes on the wire per raw byte.
+func wireShare(c Compression) float64 {
+	if c.Enabled() {
+		return 1 / c.Factor
+	}
+	return 1
 }
 
 // The cast cost adds the same to the machine's coefficient whatever the
@@ -329,6 +343,7 @@ func TestMachineFiguresChecked(t *testing.T) {
 		{Machine{Beside: -1}, "machine box: -1 hosts beside the plan"},
 		{Machine{ProcessShare: 1.2}, "machine box: process share 1.2"},
 		{Machine{ProcessShare: -0.1}, "machine box: process share -0.1"},
+		{Machine{ProcessShare: math.NaN()}, "machine box: process share NaN"},
 	}
 	for _, tt := range tests {
 		net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})

@@ -223,9 +223,11 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 	// The ring: every node to the next at once, the last to the first.
 	if ring {
 		got := w.wait(ctx, ringIDs, time.Now().Add(d+3*time.Second))
-		var results []control.NetResult
+		// Each probe's report comes from the node it was sent to: the
+		// next one's.
+		results := make([]control.NetResult, len(ready))
 		for i := range ready {
-			results = append(results, got[ringIDs[i]])
+			results[(i+1)%len(ready)] = got[ringIDs[i]]
 		}
 		f.ringMachine, f.ringBusy = machineRing(ready, results)
 		f.processShare = processShares(ready, results)

@@ -144,7 +144,9 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 // network (its hosts that joined, filled in from their probes) or one switch.
 func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network, []string) {
 	var notes []string
-	figs.processShare = heldByCPU(figs.processShare, ready, func(n *nodeState) float64 { return figs.link(n.name) }, s.fileLink)
+	// The shares the model takes, before the figures that leave the
+	// kernel's threads to them (the link's, the disk's) are read.
+	figs.processShare = s.sharesTaken(figs, ready)
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		// On loopback the source has no link: its sends cost CPU, which
@@ -178,8 +180,10 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		p := probeFor(n.name, own)
 		// What a byte written cost the machine with all its nodes writing
-		// (see measureDiskCrowds), where that is more than one writer's.
-		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c {
+		// (see measureDiskCrowds), where that is more than one writer's;
+		// where its process share counts the kernel's threads, one
+		// writer's own.
+		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c && figs.processShare[n.machine] == 0 {
 			p.DiskWriteCPUBytesPerSec = 1 / c
 		}
 		if !n.loopback() {

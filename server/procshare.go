@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"maps"
+	"slices"
 
 	"dolly/capacity"
 	"dolly/dolly/control"
@@ -18,6 +19,11 @@ import (
 // machine's time is what a cast's get: in the emulated lab (4 nodes on
 // unshaped veths, 2 cores) the ring gave them 78-89% and the casts that
 // followed 78-90%, where the model had counted all of it.
+
+// minProcessShare is the least process share the model takes: below it
+// something else ran on the machine during the ring (another program, a
+// VM's host), and a cast will not find it so.
+const minProcessShare = 0.5
 
 // processShares is, by machine key, the part of the CPU time of each
 // machine that runs two or more nodes which their processes got in the
@@ -60,8 +66,11 @@ func processShares(ready []*nodeState, results []control.NetResult) map[string]f
 			continue
 		}
 		// The clock's grain and the probes' spans, a little apart, may
-		// put the sum a little past the machine's time.
-		shares[key] = min(1, m.own/median(m.total))
+		// put the sum a little past the machine's time. A machine whose
+		// programs took most of it is not one a cast is measured on.
+		if share := min(1, m.own/median(m.total)); share >= minProcessShare {
+			shares[key] = share
+		}
 	}
 	return shares
 }
@@ -94,6 +103,28 @@ func heldByCPU(shares map[string]float64, ready []*nodeState, ring func(n *nodeS
 		}
 	}
 	return held
+}
+
+// sharesTaken is the process shares the model takes for the cast's
+// machines: those the links did not hold (heldByCPU), of machines whose
+// hosts the model sees as one machine (a topology file that names no
+// machine for a node's host leaves its machine out).
+func (s *Server) sharesTaken(figs netFigures, ready []*nodeState) map[string]float64 {
+	shares := heldByCPU(figs.processShare, ready, func(n *nodeState) float64 { return figs.link(n.name) }, s.fileLink)
+	t := s.cfg.Topology
+	if t == nil {
+		return shares
+	}
+	for _, n := range ready {
+		if _, ok := shares[n.machine]; !ok {
+			continue
+		}
+		i := slices.IndexFunc(t.Network.Hosts, func(h capacity.Host) bool { return h.Name == n.name })
+		if i < 0 || t.Network.Hosts[i].Machine == "" {
+			delete(shares, n.machine)
+		}
+	}
+	return shares
 }
 
 // fileLink is n's link speed as the topology file gives it; 0 where it

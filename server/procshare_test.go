@@ -53,6 +53,10 @@ func TestProcessShares(t *testing.T) {
 			[]*nodeState{node("a1", "box"), node("a2", "box")},
 			[]control.NetResult{busy(0.25), busy(0.25)},
 			map[string]float64{"box": 1}},
+		{"a machine something else took",
+			[]*nodeState{node("a1", "box"), node("a2", "box")},
+			[]control.NetResult{busy(0.09), busy(0.09)},
+			map[string]float64{}},
 		{"two machines apart",
 			[]*nodeState{node("a1", "box"), node("b1", "other"), node("a2", "box"), node("b2", "other")},
 			[]control.NetResult{busy(0.16), {CPU: 0.1, MachineCPU: 0.1, MachineIdle: 0.3}, busy(0.16), {CPU: 0.1, MachineCPU: 0.1, MachineIdle: 0.3}},
@@ -151,5 +155,30 @@ func TestFileLink(t *testing.T) {
 		if got := s.fileLink(n); got != tt.want {
 			t.Errorf("%s (file %v): %v, want %v", tt.node, tt.topo != nil, got, tt.want)
 		}
+	}
+}
+
+// A topology file that names no machine for a node's host leaves its
+// machine's share out: the model sees no machine there to give it to.
+func TestSharesTaken(t *testing.T) {
+	ready := []*nodeState{{name: "pc01", machine: "box"}, {name: "pc02", machine: "box"}, {name: "pc03", machine: "other"}, {name: "pc04", machine: "other"}}
+	figs := netFigures{processShare: map[string]float64{"box": 0.8, "other": 0.9}}
+	hosts := []capacity.Host{{Name: "pc01", Machine: "lab"}, {Name: "pc02", Machine: "lab"}, {Name: "pc03"}, {Name: "pc04"}}
+	tests := []struct {
+		topo *capacity.Topology
+		want map[string]float64
+	}{
+		{nil, map[string]float64{"box": 0.8, "other": 0.9}},
+		{&capacity.Topology{Network: capacity.Network{Hosts: hosts}}, map[string]float64{"box": 0.8}},
+	}
+	for _, tt := range tests {
+		s := &Server{cfg: Config{Topology: tt.topo}}
+		got := s.sharesTaken(figs, ready)
+		if len(got) != len(tt.want) || got["box"] != tt.want["box"] || got["other"] != tt.want["other"] {
+			t.Errorf("file %v: shares %v, want %v", tt.topo != nil, got, tt.want)
+		}
+	}
+	if len(figs.processShare) != 2 {
+		t.Errorf("the measured shares were changed: %v", figs.processShare)
 	}
 }
