@@ -46,17 +46,24 @@ func markCrowds(net *capacity.Network, machineOf []string, crowds map[string]cro
 		if !ok || h.Machine == "" {
 			continue
 		}
-		if net.Machines == nil {
-			net.Machines = map[string]capacity.Machine{}
-		}
-		mc := net.Machines[h.Machine]
-		if mc.Contention > 0 && !mc.Crowded {
+		if mc := net.Machines[h.Machine]; mc.Contention > 0 && !mc.Crowded {
 			continue
 		}
-		mc.Contention = c.contention(hosts[h.Machine])
-		mc.Crowded = true
-		net.Machines[h.Machine] = mc
+		setMachine(net, h.Machine, func(mc *capacity.Machine) {
+			mc.Contention = c.contention(hosts[h.Machine])
+			mc.Crowded = true
+		})
 	}
+}
+
+// setMachine changes the figures of machine name of net by set.
+func setMachine(net *capacity.Network, name string, set func(*capacity.Machine)) {
+	if net.Machines == nil {
+		net.Machines = map[string]capacity.Machine{}
+	}
+	mc := net.Machines[name]
+	set(&mc)
+	net.Machines[name] = mc
 }
 
 // markDiskCrowds gives the machines whose nodes wrote their shared disk

@@ -144,17 +144,11 @@ func (s *Server) fileLink(n *nodeState) float64 {
 // runs on machineOf[i]) the share of their cores their hosts' processes
 // get.
 func markProcessShares(net *capacity.Network, machineOf []string, shares map[string]float64) {
+	net.Machines = maps.Clone(net.Machines) // a topology file's is the server's to keep
 	for i, h := range net.Hosts {
-		share, ok := shares[machineOf[i]]
-		if !ok || h.Machine == "" {
-			continue
+		if share, ok := shares[machineOf[i]]; ok && h.Machine != "" {
+			setMachine(net, h.Machine, func(mc *capacity.Machine) { mc.ProcessShare = share })
 		}
-		if net.Machines == nil {
-			net.Machines = map[string]capacity.Machine{}
-		}
-		mc := net.Machines[h.Machine]
-		mc.ProcessShare = share
-		net.Machines[h.Machine] = mc
 	}
 }
 
