@@ -17,8 +17,8 @@ import (
 // the next at once) keeps such a machine's CPUs busy, it runs the way a
 // cast bound by those CPUs does, and what its nodes' processes got of the
 // machine's time is what a cast's get: in the emulated lab (4 nodes on
-// unshaped veths, 2 cores) the ring gave them 78-89% and the casts that
-// followed 78-90%, where the model had counted all of it.
+// unshaped veths, 2 cores) the ring gave them 77-89% and the casts that
+// followed 79-90%, where the model had counted all of it.
 
 // minProcessShare is the least process share the model takes: below it
 // something else ran on the machine during the ring (another program, a
