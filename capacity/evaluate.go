@@ -287,7 +287,6 @@ type sharedMachine struct {
 	cast              float64 // CPU per raw byte, once for the cast
 	processShare      float64 // Machine.ProcessShare: 0, all the cores
 	cpu, cpuCap       float64
-	decoding          float64 // the part of cpu the hosts' decoding threads take
 	memory, memoryCap float64
 	sharedDisk        bool
 	crowdDisk         float64 // the shared disk's rate with all its writers at once; 0: unknown
@@ -302,8 +301,6 @@ func (m *sharedMachine) add(cs []Constraint) {
 		case CPULimit:
 			m.cpu += c.Coef
 			m.cpuCap = max(m.cpuCap, c.Cap)
-		case DecompressLimit:
-			m.decoding += c.Coef
 		case MemoryLimit:
 			m.memory += c.Coef
 			m.memoryCap = max(m.memoryCap, c.Cap)
@@ -326,10 +323,11 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 	if m.cpu > 0 && m.cpuCap > 0 {
 		work := m.cpu
 		if m.processShare > 0 {
-			// What the kernel's threads and idle cores take goes with the
-			// hosts' streams and writes; a decoding thread's work is its
-			// own.
-			work = (m.cpu-m.decoding)/m.processShare + m.decoding
+			// The kernel's threads and idle cores take their part of
+			// every thread's time, a decoder's too: the zstd casts'
+			// processes, decoders and all, got 84-89% of the cores where
+			// the ring had found 79-90%.
+			work = m.cpu / m.processShare
 		}
 		coef := work*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
 		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})

@@ -76,10 +76,9 @@ type Machine struct {
 	// let them: the rest goes to the kernel's threads (the deferred
 	// receives and queue timers of virtual or shaped links) and to cores
 	// left idle while each host waits for the one before. No host's
-	// figures show either. Both go with the hosts' streams and writes,
-	// not with a decoding thread's work, which runs on its own: the model
-	// counts the rest of their work at 1/ProcessShare times its cost. 0:
-	// all of it is theirs.
+	// figures show either, and both take their part of every thread's
+	// time: the model counts all of the hosts' work at 1/ProcessShare
+	// times its cost. 0: all of it is theirs.
 	ProcessShare float64
 }
 

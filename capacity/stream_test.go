@@ -249,9 +249,8 @@ func TestMachineContention(t *testing.T) {
 }
 
 // A machine whose hosts' processes get only part of its CPU time counts
-// their work, but for their decoding threads', at the reciprocal of that
-// share: a raw chain's whole coefficient grows by it, a compressed one's
-// only by what its nodes do besides decoding.
+// all their work, their decoding threads' too, at the reciprocal of that
+// share.
 func TestMachineProcessShare(t *testing.T) {
 	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB,
 		Decompress: map[string]float64{"zstd": 200 * MB}}}
@@ -270,20 +269,11 @@ func TestMachineProcessShare(t *testing.T) {
 		}
 		r := evaluateWith(t, net, Chain(4), tt.comp, Options{})
 		plain := find(t, r, MachineCPULimit, "box")
-		var decoding float64
-		for _, c := range r.Constraints {
-			if c.Kind == DecompressLimit {
-				decoding += c.Coef
-			}
-		}
-		if (decoding > 0) != tt.comp.Enabled() {
-			t.Fatalf("%v: decoding threads' coefficients sum to %v", tt.comp, decoding)
-		}
 		net.Machines = map[string]Machine{"box": {ProcessShare: tt.share, Contention: tt.contention, CastCost: tt.cast}}
 		c := find(t, evaluateWith(t, net, Chain(4), tt.comp, Options{}), MachineCPULimit, "box")
 		work := plain.Coef
 		if tt.share > 0 {
-			work = (plain.Coef-decoding)/tt.share + decoding
+			work = plain.Coef / tt.share
 		}
 		// The cast cost is the machine's own, not its hosts' work.
 		want := work*(1+tt.contention*4) + tt.cast*wireShare(tt.comp)
