@@ -245,23 +245,35 @@ func wakeFor(ch Choice) time.Duration {
 	return 0
 }
 
+// sharedFigures is what measureShared found, by machine key.
+type sharedFigures struct {
+	crowds   map[string]crowd
+	disks    map[string]diskCrowd
+	decoders map[string]decodeCrowd
+}
+
 // measureShared measures what the nodes sharing a machine cost each other
-// (see crowd) and, with disks, the disks they share (see diskCrowd). The
-// two are set up in one round, every node's data path and write path at
-// once, so that the join waits for one setting up, not two; then each is
-// pushed in a round of its own, alone on the machine. It returns what it
-// found by machine, with notes for the preview.
+// (see crowd), with decode how fast they decode zstd all at once (see
+// decodeCrowd), and with disks the disks they share (see diskCrowd). All
+// are set up in one round, every node's data path, decoders and write
+// path at once, so that the join waits for one setting up, not three;
+// then each is pushed in a round of its own, alone on the machine. It
+// returns what it found, with notes for the preview.
 //
 // binds says whether a shared disk binds the plan chosen with such
 // figures; such a disk is measured twice (see doubtedDisks).
-func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bool, binds func(map[string]crowd, map[string]diskCrowd) bool) (map[string]crowd, map[string]diskCrowd, []string) {
+func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, decode bool, binds func(map[string]crowd, map[string]diskCrowd) bool) (sharedFigures, []string) {
 	crowded, alone := s.crowdedMachines(ready)
 	var shared map[string][]*nodeState
 	if disks {
 		shared = s.sharedDisks(ready)
 	}
 	if len(crowded) == 0 && len(shared) == 0 {
-		return nil, nil, nil
+		return sharedFigures{}, nil
+	}
+	var decoding map[string][]*nodeState
+	if decode {
+		decoding = decoderCrowds(crowded, alone)
 	}
 	for _, nodes := range crowded {
 		fmt.Fprintf(s.cfg.Out, "measuring what the %s on one machine cost each other: all push their data path at once\n", plural(len(nodes), "node"))
@@ -276,7 +288,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 	// Every node sets up and warms its paths first, so that all push from
 	// the same moment and none is still setting up while the others count.
 	id := uint64(time.Now().UnixNano())
-	cpuIDs, diskIDs := map[*nodeState]uint64{}, map[*nodeState]uint64{}
+	cpuIDs, diskIDs, decodeIDs := map[*nodeState]uint64{}, map[*nodeState]uint64{}, map[*nodeState]uint64{}
 	prepare := func(ids map[*nodeState]uint64, disk bool) func(*nodeState) control.CrowdProbe {
 		return func(n *nodeState) control.CrowdProbe {
 			id++
@@ -284,11 +296,17 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 			return control.CrowdProbe{ID: id, Disk: disk}
 		}
 	}
-	prepared := s.crowdRound(ctx, crowdAsk{crowded, prepare(cpuIDs, false)}, crowdAsk{shared, prepare(diskIDs, true)})
+	prepareDecoders := func(n *nodeState) control.CrowdProbe {
+		id++
+		decodeIDs[n] = id
+		return decodeOrder(id, false)
+	}
+	prepared := s.crowdRound(ctx, crowdAsk{crowded, prepare(cpuIDs, false)}, crowdAsk{shared, prepare(diskIDs, true)}, crowdAsk{decoding, prepareDecoders})
 	s.log.Debug("crowd prepared", "took", time.Since(start))
 	var notes []string
 	cpuGoing := prepared[0].going(crowded, "", &notes)
 	diskGoing := prepared[1].going(shared, "disk: ", &notes)
+	decodeGoing := prepared[2].going(decoding, "decoders: ", &notes)
 
 	push := func(ids map[*nodeState]uint64) func(*nodeState) control.CrowdProbe {
 		return func(n *nodeState) control.CrowdProbe {
@@ -316,6 +334,14 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 		notes = append(notes, c.note())
 	}
 
+	decoded := s.crowdRound(ctx, crowdAsk{decodeGoing, func(n *nodeState) control.CrowdProbe {
+		return decodeOrder(decodeIDs[n], true)
+	}})[0]
+	decoders := decodeCrowds(decoded, decodeGoing, alone, &notes)
+	for _, d := range decoders {
+		notes = append(notes, d.note())
+	}
+
 	wrote := s.crowdRound(ctx, crowdAsk{diskGoing, func(n *nodeState) control.CrowdProbe {
 		return control.CrowdProbe{ID: diskIDs[n], Disk: true, Go: true,
 			SettleMillis: int(diskCrowdSettle.Milliseconds()), WindowMillis: int(diskCrowdWindow.Milliseconds())}
@@ -331,7 +357,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks bo
 		notes = append(notes, note)
 	}
 	slices.Sort(notes)
-	return crowds, found, notes
+	return sharedFigures{crowds: crowds, disks: found, decoders: decoders}, notes
 }
 
 // pathCrowds is what the machines' nodes pushed through their data paths

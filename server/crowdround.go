@@ -23,7 +23,7 @@ type crowdAnswers struct {
 // would then understate the machine.
 func (a crowdAnswers) missing(m string, nodes []*nodeState) string {
 	if got := len(a.results[m]); got < len(nodes) {
-		return fmt.Sprintf("%d of the %s on one machine measured their data path together (%s): the model counts what one measured alone", got, plural(len(nodes), "node"), cmp.Or(a.failed[m], "no answer in time"))
+		return fmt.Sprintf("%d of the %s on one machine measured together (%s): the model counts what one measured alone", got, plural(len(nodes), "node"), cmp.Or(a.failed[m], "no answer in time"))
 	}
 	return ""
 }

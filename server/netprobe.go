@@ -66,6 +66,9 @@ type netFigures struct {
 	took    time.Duration
 	crowds  map[string]crowd     // by machine key: what a crowded machine's nodes measured at once
 	disks   map[string]diskCrowd // by machine key: what a shared disk took from its nodes writing at once
+	// decoders is, by machine key, how fast a crowded machine's nodes
+	// decoded zstd all at once.
+	decoders map[string]decodeCrowd
 }
 
 // link is the node's measured link rate: the faster of its two ring

@@ -238,6 +238,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	}
 	if t := s.cfg.Topology; t != nil {
 		correctDisturbed(probes, machineOf, figs.crowds)
+		crowdDecoders(probes, machineOf, figs.decoders)
 		net, err := fromTopology(t, probes)
 		if err == nil {
 			// The file tells the lab's shape; what its machines' hosts
@@ -251,6 +252,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	}
 	mergeMachineProbes(probes, machineOf)
 	correctDisturbed(probes, machineOf, figs.crowds)
+	crowdDecoders(probes, machineOf, figs.decoders)
 	net := capacity.SingleSwitch(probes[0], probes[1:])
 	net.LinkEfficiency = capacity.TCPEthernetEfficiency
 	shareMachines(net.Hosts, machineOf)

@@ -421,7 +421,9 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			f.crowds, f.disks = crowds, disks
 			return s.cfg.measureDisks || sharedDiskBinds(s.choose(ctx, ready, f).Result)
 		}
-		figs.crowds, figs.disks, crowdNotes = s.measureShared(ctx, ready, disks, binds)
+		var shared sharedFigures
+		shared, crowdNotes = s.measureShared(ctx, ready, disks, s.nodesMayDecode(), binds)
+		figs.crowds, figs.disks, figs.decoders = shared.crowds, shared.disks, shared.decoders
 		if len(crowdNotes) > 0 { // measured something
 			sum.JoinParts.Shared = time.Since(t)
 		}

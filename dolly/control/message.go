@@ -320,10 +320,14 @@ type NetProbe struct {
 // SettleMillis on (when all of them push), and a NetResult answers with
 // those Bytes and the Rate they went at (see probe.StartCrowd). With Disk,
 // the data path is the node's write path to its target, and what counts
-// is what reaches the disk (see probe.StartDiskCrowd).
+// is what reaches the disk (see probe.StartDiskCrowd). With Decode, the
+// node decodes the standard sample with zstd on one thread, and what
+// counts is what it decoded and that thread's CPU time (see
+// probe.StartDecodeCrowd).
 type CrowdProbe struct {
 	ID           uint64 `json:"id"`
 	Disk         bool   `json:"disk,omitempty"`
+	Decode       bool   `json:"decode,omitempty"`
 	Go           bool   `json:"go,omitempty"`
 	SettleMillis int    `json:"settle_ms,omitempty"`
 	WindowMillis int    `json:"window_ms,omitempty"`
@@ -362,7 +366,7 @@ type NetResult struct {
 	// own at the same time, what a stream in and out at the link's pace
 	// costs it. For a disk crowd it is the whole machine's busy time over
 	// the window, all cores and kernel threads: what the writes of every
-	// node on it cost.
+	// node on it cost; for a decoders' crowd, the decoding thread's own.
 	CPU float64 `json:"cpu,omitempty"`
 	// MachineCPU is, for a bandwidth probe, the whole machine's busy time
 	// in seconds over the same span (all cores, kernel threads included):

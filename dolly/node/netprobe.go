@@ -79,7 +79,11 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 	}
 	var c crowdPath
 	var err error
-	mem, release := n.lendHistory(set.Disk)
+	var mem []byte
+	release := func() {}
+	if !set.Decode { // the decoders' crowd needs none of the history
+		mem, release = n.lendHistory(set.Disk)
+	}
 	// done releases what the probe holds: c once it is set up, then mem,
 	// which nothing of c touches by then.
 	done := release
@@ -91,6 +95,8 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 		err = errors.New("the target is not to be written before the cast is confirmed")
 	case set.Disk:
 		c, err = probe.StartDiskCrowd(n.target, n.cfg.Buffered, mem)
+	case set.Decode:
+		c, err = probe.StartDecodeCrowd()
 	default:
 		c, err = probe.StartCrowd(ctx, mem)
 	}
@@ -164,7 +170,8 @@ func (n *node) lendHistory(disk bool) (mem []byte, release func()) {
 }
 
 // crowdPath is a data path a crowd probe pushes through: the relay's
-// (probe.Crowd) or the target's (probe.DiskCrowd).
+// (probe.Crowd), the target's (probe.DiskCrowd) or a decoder's
+// (probe.DecodeCrowd).
 type crowdPath interface {
 	PushFor(settle, window time.Duration) (int64, time.Duration, error)
 	Close()

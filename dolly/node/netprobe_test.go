@@ -106,3 +106,51 @@ func TestSpentRelayCrowdReturnsItsMemoryFirst(t *testing.T) {
 	release()
 	<-ended
 }
+
+// A decoders' crowd answers with the sample's bytes it decoded in the
+// window and its decoding thread's CPU time for them, and borrows none of
+// the relay's history, which the relay crowd set up beside it takes.
+func TestDecodeCrowdAnswersWithItsThreadsTime(t *testing.T) {
+	if !threadClock() {
+		t.Skip("no thread CPU clock here")
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	n := &node{history: relay.NewHistory(), log: slog.New(slog.DiscardHandler)}
+	n.ctl = newSession(n, control.NewConn(a))
+	srv := control.NewConn(b)
+	push := make(chan control.CrowdProbe, 1)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		n.crowdProbe(context.Background(), control.CrowdProbe{ID: 2, Decode: true}, push)
+	}()
+	if m, err := srv.Recv(5 * time.Second); err != nil || m.NetResult == nil || m.NetResult.Error != "" {
+		t.Fatalf("set up: %+v, %v", m.NetResult, err)
+	}
+	if mem, release := n.lendHistory(false); mem == nil {
+		t.Error("the decoders' crowd took the relay crowd's memory")
+	} else {
+		release()
+	}
+	push <- control.CrowdProbe{ID: 2, Decode: true, Go: true, SettleMillis: 5, WindowMillis: 40}
+	m, err := srv.Recv(5 * time.Second)
+	if err != nil || m.NetResult == nil || m.NetResult.Error != "" {
+		t.Fatalf("pushed: %+v, %v", m.NetResult, err)
+	}
+	r := m.NetResult
+	// One thread's time over a 40 ms window: no more than the window (a
+	// little past it, for the last round), and some of it.
+	if r.Bytes <= 0 || !(r.CPU > 0 && r.CPU < 0.5) || r.Rate <= 0 {
+		t.Errorf("answer %+v: want bytes decoded, the thread's CPU time in seconds and a rate", r)
+	}
+	<-ended
+}
+
+// threadClock says whether this machine has a thread CPU clock.
+func threadClock() bool {
+	var has bool
+	probe.OnOneThread(func(cpu func() time.Duration) { has = cpu() > 0 })
+	return has
+}
