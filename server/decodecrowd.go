@@ -23,8 +23,9 @@ import (
 // take turns on each core, see decodersPerCore), each timed by its
 // thread's clock; their bytes over their CPU time is the machine's
 // decoding rate per core in a crowd, which the model counts for all its
-// nodes in place of the lone node's. Over 34 joins of 4 and 24 nodes it
-// came to 0.58-1.51 times the lone figure.
+// nodes in place of the lone node's. Over the 45 joins of a full make
+// bench (4 to 24 nodes) it came to 0.56-1.32 times the lone figure, 0.9
+// times at the median.
 
 // decodeCrowdSettle is how long after the order to decode the window
 // opens, for every decoding thread to have run; decodeCrowdWindow is the

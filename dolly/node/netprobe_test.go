@@ -79,21 +79,7 @@ func TestLendHistory(t *testing.T) {
 // that doubts the crowd sets one up again at once, and that one borrows
 // the same memory rather than fresh pages.
 func TestSpentRelayCrowdReturnsItsMemoryFirst(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	n := &node{history: relay.NewHistory(), log: slog.New(slog.DiscardHandler)}
-	n.ctl = newSession(n, control.NewConn(a))
-	srv := control.NewConn(b)
-	push := make(chan control.CrowdProbe, 1)
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		n.crowdProbe(context.Background(), control.CrowdProbe{ID: 1}, push)
-	}()
-	if m, err := srv.Recv(5 * time.Second); err != nil || m.NetResult == nil || m.NetResult.Error != "" {
-		t.Fatalf("set up: %+v, %v", m.NetResult, err)
-	}
+	n, srv, push, ended := setUpCrowdProbe(t, control.CrowdProbe{ID: 1})
 	push <- control.CrowdProbe{ID: 1, Go: true, SettleMillis: 10, WindowMillis: 50}
 	m, err := srv.Recv(5 * time.Second)
 	if err != nil || m.NetResult == nil || m.NetResult.Bytes <= 0 {
@@ -114,21 +100,7 @@ func TestDecodeCrowdAnswersWithItsThreadsTime(t *testing.T) {
 	if !threadClock() {
 		t.Skip("no thread CPU clock here")
 	}
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	n := &node{history: relay.NewHistory(), log: slog.New(slog.DiscardHandler)}
-	n.ctl = newSession(n, control.NewConn(a))
-	srv := control.NewConn(b)
-	push := make(chan control.CrowdProbe, 1)
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		n.crowdProbe(context.Background(), control.CrowdProbe{ID: 2, Decode: true}, push)
-	}()
-	if m, err := srv.Recv(5 * time.Second); err != nil || m.NetResult == nil || m.NetResult.Error != "" {
-		t.Fatalf("set up: %+v, %v", m.NetResult, err)
-	}
+	n, srv, push, ended := setUpCrowdProbe(t, control.CrowdProbe{ID: 2, Decode: true})
 	if mem, release := n.lendHistory(false); mem == nil {
 		t.Error("the decoders' crowd took the relay crowd's memory")
 	} else {
@@ -153,4 +125,27 @@ func threadClock() bool {
 	var has bool
 	probe.OnOneThread(func(cpu func() time.Duration) { has = cpu() > 0 })
 	return has
+}
+
+// setUpCrowdProbe runs a node's crowd probe set up by set, over a pipe to
+// a server's end (srv), and waits for its answer that it is set up; push
+// takes the server's orders to push, and ended is closed once the probe
+// has returned.
+func setUpCrowdProbe(t *testing.T, set control.CrowdProbe) (n *node, srv *control.Conn, push chan control.CrowdProbe, ended chan struct{}) {
+	t.Helper()
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	n = &node{history: relay.NewHistory(), log: slog.New(slog.DiscardHandler)}
+	n.ctl = newSession(n, control.NewConn(a))
+	srv = control.NewConn(b)
+	push = make(chan control.CrowdProbe, 1)
+	ended = make(chan struct{})
+	go func() {
+		defer close(ended)
+		n.crowdProbe(context.Background(), set, push)
+	}()
+	if m, err := srv.Recv(5 * time.Second); err != nil || m.NetResult == nil || m.NetResult.Error != "" {
+		t.Fatalf("set up: %+v, %v", m.NetResult, err)
+	}
+	return n, srv, push, ended
 }
