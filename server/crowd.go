@@ -275,8 +275,12 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 	if decode {
 		decoding = decoderCrowds(crowded, alone)
 	}
-	for _, nodes := range crowded {
-		fmt.Fprintf(s.cfg.Out, "measuring what the %s on one machine cost each other: all push their data path at once\n", plural(len(nodes), "node"))
+	for m, nodes := range crowded {
+		also := ""
+		if n := len(decoding[m]); n > 0 {
+			also = fmt.Sprintf(", then %d of them decode zstd at once", n)
+		}
+		fmt.Fprintf(s.cfg.Out, "measuring what the %s on one machine cost each other: all push their data path at once%s\n", plural(len(nodes), "node"), also)
 	}
 	for _, nodes := range shared {
 		fmt.Fprintf(s.cfg.Out, "measuring the disk the %s on one machine share: all write their targets at once, in place\n", plural(len(nodes), "node"))
