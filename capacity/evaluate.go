@@ -164,7 +164,7 @@ func (f *fabric) evaluate(plan Plan, opt Options) (Result, error) {
 		Plan:        plan,
 		Rate:        rate,
 		Depth:       depth,
-		ETA:         ETA(rate, rate*wire, depth, f.hopBytes(host[1:], binding, opt), opt),
+		ETA:         ETA(rate, depth, f.hopLag(host[1:], binding, nearlyBound(constraints, rate), rate*wire, opt), opt),
 		Bottleneck:  bottleneck,
 		Binding:     binding,
 		Constraints: constraints,
@@ -238,19 +238,26 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 	return constraints, nil
 }
 
-// hopBytes is the stream a hop holds in flight, which delays every node
+// hopLag is how long a hop delays the end of the stream for every node
 // below it: the pipeline fill of paper 002. A store-and-forward node (the
 // basic and paper models) sends a frame on only once it has it whole: a
-// frame per hop. dolly's relays forward bytes as they arrive, a round
-// (RelayQueueBytes) at a time, so a hop holds only its queue. While
+// frame's time on the wire (at wireRate, stream bytes a second) per hop.
+// dolly's relays forward bytes as they arrive, a batch at a time: what
+// their upstream delivers while they wait to wake (RelayWake, or
+// CrowdedRelayWake on a machine whose cores nearly bind, see
+// Result.CrowdedWake). While
 // something the relays do not share sets the rate (the source's disk or
-// its compressing thread), they have time to spare, queues drain and a hop
-// holds next to nothing. While a link sets it, every hop runs at the
-// link's rate and a round stands at each. So it does while a CPU the relays
-// run on sets it: each relay then forwards a round in its turn, behind the
-// others' (in a chain of 24 nodes on 2 cores, the last node finished 1 s
-// after the first, 43 ms a hop). The largest over the receiving hosts counts.
-func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) float64 {
+// its compressing thread), they have time to spare and the stream's end
+// passes each hop at once. While a link sets it, or a CPU they run on
+// (each relay then forwards in its turn, behind the others'), the end
+// waits at each hop for the batch its relay wakes for and about as long
+// again: the last, short batch waits for its upstream to close, behind
+// that node's own last batch. In the emulated lab the last node of a chain
+// finished 5-16 ms a hop after the first on 4 ms wake-ups (100 Mbit/s and
+// 1 Gbit/s links, 4 to 24 nodes), and 12-40 ms (median 20) on 12 ms ones
+// (zstd chains of 24 at 100 Mbit/s, raw chains of 8 at 1 Gbit/s, the
+// machine's cores binding). The largest over the receiving hosts counts.
+func (f *fabric) hopLag(receivers []int, binding []Constraint, nearly map[string]bool, wireRate float64, opt Options) time.Duration {
 	relaysBound := false
 	for _, c := range binding {
 		switch c.Kind {
@@ -264,18 +271,59 @@ func (f *fabric) hopBytes(receivers []int, binding []Constraint, opt Options) fl
 			}
 		}
 	}
-	var most float64
+	onWire := func(bytes float64) time.Duration {
+		if !(wireRate > 0) {
+			return 0
+		}
+		return time.Duration(bytes / wireRate * float64(time.Second))
+	}
+	var most time.Duration
 	for _, i := range receivers {
-		hop := float64(opt.FrameBytes)
-		if f.net.Hosts[i].Resources.Model == ModelDolly {
+		h := f.net.Hosts[i]
+		hop := onWire(float64(opt.FrameBytes))
+		if h.Resources.Model == ModelDolly {
 			hop = 0
 			if relaysBound {
-				hop = RelayQueueBytes
+				wake := RelayWake
+				if h.Machine != "" && nearly[h.Machine] {
+					wake = CrowdedRelayWake
+				}
+				hop = 2 * max(wake, onWire(RelayMinBatch))
 			}
 		}
 		most = max(most, hop)
 	}
 	return most
+}
+
+// cpuNearlyBinds is how close to the plan's rate the CPU of a machine its
+// hosts share may hold it for the machine's relays to wake less often
+// (CrowdedRelayWake): within half again, as the model counts a crowded
+// machine's CPU short of what the cast takes (casts bound by it ran 0-35%
+// below their previews).
+const cpuNearlyBinds = 1.5
+
+// nearlyBound is the machines whose CPU holds a plan of the given rate and
+// constraints back, or nearly (cpuNearlyBinds).
+func nearlyBound(constraints []Constraint, rate float64) map[string]bool {
+	nearly := map[string]bool{}
+	if !(rate > 0) {
+		return nearly
+	}
+	for _, c := range constraints {
+		if c.Kind == MachineCPULimit && c.Coef > 0 && c.Bound() <= cpuNearlyBinds*rate {
+			nearly[c.Subject] = true
+		}
+	}
+	return nearly
+}
+
+// CrowdedWake says whether the cores of a machine that hosts of the plan
+// share hold it back, or nearly: the relays there then gather
+// CrowdedRelayWake of the stream before they wake, for fewer wake-ups
+// leave more of the machine to the cast.
+func (r Result) CrowdedWake() bool {
+	return len(nearlyBound(r.Constraints, r.Rate)) > 0
 }
 
 // sharedMachine sums the CPU and memory demands of hosts that run on one

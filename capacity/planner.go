@@ -12,12 +12,16 @@ const (
 	// DefaultFrameBytes is the raw payload of one frame: small enough that
 	// forwarding starts at once, large enough to keep per-frame costs low.
 	DefaultFrameBytes = 1 << 20
-	// RelayQueueBytes is what a hop of dolly relays holds in flight on a
-	// saturated link: the batch its relay wakes for (a few milliseconds of
-	// the stream, a round of 256 KiB at most) and the queues of TCP and the
-	// link before it. In the emulated lab a hop of a link-bound chain at
-	// 100 Mbit/s lagged 20-30 ms, about this at its 12 MB/s.
-	RelayQueueBytes = 256 << 10
+	// RelayWake is how long a dolly relay gathers its upstream's stream
+	// before it wakes (dolly/relay), and CrowdedRelayWake how long where
+	// the cores of a machine its node shares hold the cast back, or nearly
+	// (see Result.CrowdedWake): dolly-server then has them wake less
+	// often. RelayMinBatch is the least a relay wakes for, however slow
+	// its upstream. A hop of a chain delays the end of the stream by about
+	// two of its wake-ups (see fabric.hopLag).
+	RelayWake        = 4 * time.Millisecond
+	CrowdedRelayWake = 12 * time.Millisecond
+	RelayMinBatch    = 16 << 10
 	// DefaultStartup covers connecting the tree, the handshakes and
 	// opening the targets before the first byte flows, and the final sync
 	// and verdict: a few round trips on a LAN, a target opened and synced.
@@ -99,19 +103,17 @@ func (o Options) withDefaults() Options {
 
 // ETA predicts the time of a cast at rate (raw bytes/s) through a tree of
 // the given depth: the image itself, plus the lag of the depth−1 hops below
-// the first, plus the constant start-up. Each hop holds hopBytes of the
-// stream in flight (see fabric.hopBytes), which is hopBytes/wireRate seconds,
-// where wireRate is the rate of stream bytes (rate times the wire bytes
-// per raw byte). Zero options take defaults.
-func ETA(rate, wireRate float64, depth int, hopBytes float64, opt Options) time.Duration {
+// the first, hop each (see fabric.hopLag), plus the constant start-up.
+// Zero options take defaults.
+func ETA(rate float64, depth int, hop time.Duration, opt Options) time.Duration {
 	opt = opt.withDefaults()
-	if rate <= 0 || wireRate <= 0 || math.IsNaN(rate) {
+	if rate <= 0 || math.IsNaN(rate) {
 		return time.Duration(math.MaxInt64)
 	}
 	if math.IsInf(rate, 1) {
 		return opt.Startup
 	}
-	seconds := float64(opt.ImageBytes)/rate + float64(max(depth-1, 0))*hopBytes/wireRate
+	seconds := float64(opt.ImageBytes)/rate + float64(max(depth-1, 0))*hop.Seconds()
 	if seconds > float64(math.MaxInt64/2)/float64(time.Second) {
 		return time.Duration(math.MaxInt64)
 	}

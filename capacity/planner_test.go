@@ -12,49 +12,51 @@ import (
 func TestETA(t *testing.T) {
 	opt := Options{ImageBytes: 100 * MB, Startup: 500 * time.Millisecond}
 	tests := []struct {
-		rate, wire float64
-		depth      int
-		hop        float64
-		want       time.Duration
+		rate  float64
+		depth int
+		hop   time.Duration
+		want  time.Duration
 	}{
-		{10 * MB, 10 * MB, 1, 1 * MB, 10*time.Second + 500*time.Millisecond},
-		{10 * MB, 10 * MB, 3, 1 * MB, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
-		{100 * MB, 100 * MB, 101, 1 * MB, time.Second + time.Second + 500*time.Millisecond},
-		// Compressed 2:1, a hop holding 1 MB of the wire holds 2 MB of image.
-		{10 * MB, 5 * MB, 3, 1 * MB, 10*time.Second + 400*time.Millisecond + 500*time.Millisecond},
+		{10 * MB, 1, 100 * time.Millisecond, 10*time.Second + 500*time.Millisecond},
+		{10 * MB, 3, 100 * time.Millisecond, 10*time.Second + 200*time.Millisecond + 500*time.Millisecond},
+		{100 * MB, 101, 10 * time.Millisecond, time.Second + time.Second + 500*time.Millisecond},
 		// Hops that hold nothing cost nothing, however deep.
-		{10 * MB, 10 * MB, 50, 0, 10*time.Second + 500*time.Millisecond},
+		{10 * MB, 50, 0, 10*time.Second + 500*time.Millisecond},
 	}
 	for _, tt := range tests {
-		if got := ETA(tt.rate, tt.wire, tt.depth, tt.hop, opt); got != tt.want {
-			t.Errorf("ETA(%v MB/s, wire %v MB/s, depth %d, hop %v MB) = %v, want %v", tt.rate/MB, tt.wire/MB, tt.depth, tt.hop/MB, got, tt.want)
+		if got := ETA(tt.rate, tt.depth, tt.hop, opt); got != tt.want {
+			t.Errorf("ETA(%v MB/s, depth %d, hop %v) = %v, want %v", tt.rate/MB, tt.depth, tt.hop, got, tt.want)
 		}
 	}
-	if got := ETA(0, 0, 1, 1*MB, opt); got < 100*365*24*time.Hour {
+	if got := ETA(0, 1, time.Second, opt); got < 100*365*24*time.Hour {
 		t.Errorf("ETA at rate 0 = %v, want practically forever", got)
 	}
 }
 
 // TestChainFillCost: a chain of n nodes costs more than one node by what
-// its n−1 lower hops hold. Store-and-forward nodes (the paper's model)
-// hold a frame each (segmentation, paper 002 section 2.1); dolly's relays
-// cut through and hold a round's queue while a link or their own CPU sets
-// the rate, nothing while the source's CPU does.
+// its n−1 lower hops delay the stream. Store-and-forward nodes (the
+// paper's model) hold a frame each (segmentation, paper 002 section 2.1);
+// dolly's relays cut through and delay it by two of their wake-ups while a
+// link or their own CPU sets the rate (the least batch they wake for on a
+// slow link), by nothing while the source's CPU does.
 func TestChainFillCost(t *testing.T) {
 	// Relaying is free here, so the rate is the same at any length.
 	dollyCPU := Resources{Model: ModelDolly, Cores: 1, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
 	fastSource := Resources{Model: ModelDolly, Cores: 8, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
+	const slowLink = 1 * MB // a 16 KiB batch takes 16 ms on it, four wake-ups
 	tests := []struct {
-		name   string
-		res    Resources
-		source *Resources // the source's, if not res
-		link   float64
-		hop    float64 // bytes each lower hop adds
+		name     string
+		res      Resources
+		source   *Resources // the source's, if not res
+		link     float64
+		hopBytes float64       // bytes each lower hop holds (a frame), or
+		hop      time.Duration // the time it adds
 	}{
-		{"paper model", patagonia, nil, gbe, 4 << 20},
-		{"dolly, link-bound", Resources{Model: ModelDolly}, nil, gbe, RelayQueueBytes},
-		{"dolly, bound by the source's CPU", dollyCPU, nil, 10 * gbe, 0},
-		{"dolly, bound by the nodes' CPU", dollyCPU, &fastSource, 10 * gbe, RelayQueueBytes},
+		{"paper model", patagonia, nil, gbe, 4 << 20, 0},
+		{"dolly, link-bound", Resources{Model: ModelDolly}, nil, gbe, 0, 2 * RelayWake},
+		{"dolly, on a slow link", Resources{Model: ModelDolly}, nil, slowLink, 2 * RelayMinBatch, 0},
+		{"dolly, bound by the source's CPU", dollyCPU, nil, 10 * gbe, 0, 0},
+		{"dolly, bound by the nodes' CPU", dollyCPU, &fastSource, 10 * gbe, 0, 2 * RelayWake},
 	}
 	for _, tt := range tests {
 		opt := Options{ImageBytes: 2e9, FrameBytes: 4 << 20}
@@ -76,7 +78,7 @@ func TestChainFillCost(t *testing.T) {
 				t.Fatalf("%s: chain of %d at %v, one node at %v: the test wants one rate", tt.name, n, r.Rate, one.Rate)
 			}
 			extra := r.ETA - one.ETA
-			want := time.Duration(float64(n-1) * tt.hop / r.Rate * float64(time.Second))
+			want := time.Duration(float64(n-1) * (tt.hopBytes/r.Rate*float64(time.Second) + float64(tt.hop)))
 			if d := extra - want; d < -time.Microsecond || d > time.Microsecond {
 				t.Errorf("%s: chain of %d: %v more than one node, want %v", tt.name, n, extra, want)
 			}
@@ -85,8 +87,9 @@ func TestChainFillCost(t *testing.T) {
 }
 
 // TestChainFillOnACrowdedMachine: nodes that share a machine whose CPU
-// sets the rate forward a round each in their turn, so each lower hop holds
-// a round, as on a saturated link.
+// sets the rate forward in their turn, and their relays wake less often
+// (CrowdedRelayWake): each lower hop delays the stream by two of those
+// wake-ups.
 func TestChainFillOnACrowdedMachine(t *testing.T) {
 	const n = 8
 	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
@@ -102,9 +105,12 @@ func TestChainFillOnACrowdedMachine(t *testing.T) {
 	if len(r.Binding) == 0 || r.Binding[0].Kind != MachineCPULimit {
 		t.Fatalf("bound by %s, the test wants the machine's CPU", r.Bottleneck)
 	}
-	want := ETA(r.Rate, r.Rate, n, RelayQueueBytes, opt)
+	if !r.CrowdedWake() {
+		t.Errorf("CrowdedWake() = false on a plan its machine's cores bind")
+	}
+	want := ETA(r.Rate, n, 2*CrowdedRelayWake, opt)
 	if r.ETA != want {
-		t.Errorf("ETA %v, want %v: the image at %.1f MB/s and a round at each of %d lower hops", r.ETA, want, r.Rate/MB, n-1)
+		t.Errorf("ETA %v, want %v: the image at %.1f MB/s and two crowded wake-ups at each of %d lower hops", r.ETA, want, r.Rate/MB, n-1)
 	}
 }
 

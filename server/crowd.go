@@ -217,12 +217,6 @@ func (s *Server) shareForCast(send imaging.Encoding, wake time.Duration) {
 	}
 }
 
-// cpuNearlyBinds is how close to the plan's rate the CPU of a machine its
-// hosts share may hold it for the machine's relays to wake less often:
-// within half again, as the model counts a crowded machine's CPU short of
-// what the cast takes (casts bound by it ran 0-35% below their previews).
-const cpuNearlyBinds = 1.5
-
 // wakeFor is how long the relays of ch's crowded machines gather their
 // upstream's stream before they wake (relay.Config.WakeDelay): longer than
 // their default where a shared machine's CPU holds the plan back, or
@@ -237,10 +231,8 @@ func wakeFor(ch Choice) time.Duration {
 	if !ch.Modeled || !(ch.Result.Rate > 0) {
 		return 0
 	}
-	for _, c := range ch.Result.Constraints {
-		if c.Kind == capacity.MachineCPULimit && c.Coef > 0 && c.Bound() <= cpuNearlyBinds*ch.Result.Rate {
-			return relay.CrowdedWakeDelay
-		}
+	if ch.Result.CrowdedWake() {
+		return relay.CrowdedWakeDelay
 	}
 	return 0
 }

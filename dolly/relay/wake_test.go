@@ -3,6 +3,8 @@ package relay
 import (
 	"testing"
 	"time"
+
+	"dolly/capacity"
 )
 
 type fakeUpstream struct{ Upstream }
@@ -78,5 +80,14 @@ func TestWakeSizeFollowsTheRate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWakeIsTheModels: the capacity model counts a chain's hops by the
+// relays' wake-ups; it must count the ones they take.
+func TestWakeIsTheModels(t *testing.T) {
+	if wakeDelay != capacity.RelayWake || CrowdedWakeDelay != capacity.CrowdedRelayWake || minWake != capacity.RelayMinBatch {
+		t.Errorf("the relay wakes after %v (%v crowded) for at least %d bytes; the model counts %v (%v), %d",
+			wakeDelay, CrowdedWakeDelay, minWake, capacity.RelayWake, capacity.CrowdedRelayWake, capacity.RelayMinBatch)
 	}
 }
