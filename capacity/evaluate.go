@@ -245,18 +245,21 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 // dolly's relays forward bytes as they arrive, a batch at a time: what
 // their upstream delivers while they wait to wake (RelayWake, or
 // CrowdedRelayWake on a machine whose cores nearly bind, see
-// Result.CrowdedWake). While
-// something the relays do not share sets the rate (the source's disk or
-// its compressing thread), they have time to spare and the stream's end
-// passes each hop at once. While a link sets it, or a CPU they run on
-// (each relay then forwards in its turn, behind the others'), the end
-// waits at each hop for the batch its relay wakes for and about as long
-// again: the last, short batch waits for its upstream to close, behind
-// that node's own last batch. In the emulated lab the last node of a chain
-// finished 5-16 ms a hop after the first on 4 ms wake-ups (100 Mbit/s and
-// 1 Gbit/s links, 4 to 24 nodes), and 12-40 ms (median 20) on 12 ms ones
-// (zstd chains of 24 at 100 Mbit/s, raw chains of 8 at 1 Gbit/s, the
-// machine's cores binding). The largest over the receiving hosts counts.
+// Result.CrowdedWake; RelayMinBatch at least). While something the relays
+// do not share sets the rate (the source's disk or its compressing
+// thread), they have time to spare and the stream's end passes each hop
+// at once. While a link sets it, or a CPU they run on (each relay then
+// forwards in its turn, behind the others'), the end waits at each hop
+// for the batch its relay wakes for, and then some: the last batch is
+// short of a wake-up's, and waits for its upstream to close, which that
+// node does once its own reader has the end, its last batch being at most
+// a wake-up's work; a default wake-up stands for that. In the emulated lab
+// the last node of a chain finished 5-16 ms a hop (median 10) after the
+// first on 4 ms wake-ups (raw and zstd chains of 4 to 24 nodes at
+// 100 Mbit/s and 1 Gbit/s), and 1-40 ms (median 15) on 12 ms ones (the
+// machine's cores binding: zstd chains of 24 at 100 Mbit/s, chains of 4
+// and 8 at 1 Gbit/s and unshaped). The largest over the receiving hosts
+// counts.
 func (f *fabric) hopLag(receivers []int, binding []Constraint, nearly map[string]bool, wireRate float64, opt Options) time.Duration {
 	relaysBound := false
 	for _, c := range binding {
@@ -288,7 +291,7 @@ func (f *fabric) hopLag(receivers []int, binding []Constraint, nearly map[string
 				if h.Machine != "" && nearly[h.Machine] {
 					wake = CrowdedRelayWake
 				}
-				hop = 2 * max(wake, onWire(RelayMinBatch))
+				hop = max(wake, onWire(RelayMinBatch)) + RelayWake
 			}
 		}
 		most = max(most, hop)

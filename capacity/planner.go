@@ -18,7 +18,7 @@ const (
 	// (see Result.CrowdedWake): dolly-server then has them wake less
 	// often. RelayMinBatch is the least a relay wakes for, however slow
 	// its upstream. A hop of a chain delays the end of the stream by about
-	// two of its wake-ups (see fabric.hopLag).
+	// its wake-up and a default one more (see fabric.hopLag).
 	RelayWake        = 4 * time.Millisecond
 	CrowdedRelayWake = 12 * time.Millisecond
 	RelayMinBatch    = 16 << 10

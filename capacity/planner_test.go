@@ -36,14 +36,14 @@ func TestETA(t *testing.T) {
 // TestChainFillCost: a chain of n nodes costs more than one node by what
 // its n−1 lower hops delay the stream. Store-and-forward nodes (the
 // paper's model) hold a frame each (segmentation, paper 002 section 2.1);
-// dolly's relays cut through and delay it by two of their wake-ups while a
-// link or their own CPU sets the rate (the least batch they wake for on a
-// slow link), by nothing while the source's CPU does.
+// dolly's relays cut through and delay it by their wake-up (the least
+// batch's time on a slow link) and a default one more while a link or
+// their own CPU sets the rate, by nothing while the source's CPU does.
 func TestChainFillCost(t *testing.T) {
 	// Relaying is free here, so the rate is the same at any length.
 	dollyCPU := Resources{Model: ModelDolly, Cores: 1, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
 	fastSource := Resources{Model: ModelDolly, Cores: 8, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
-	const slowLink = 1 * MB // a 16 KiB batch takes 16 ms on it, four wake-ups
+	const slowLink = 1 * MB // a 16 KiB batch takes 16 ms on it, four default wake-ups
 	tests := []struct {
 		name     string
 		res      Resources
@@ -54,7 +54,7 @@ func TestChainFillCost(t *testing.T) {
 	}{
 		{"paper model", patagonia, nil, gbe, 4 << 20, 0},
 		{"dolly, link-bound", Resources{Model: ModelDolly}, nil, gbe, 0, 2 * RelayWake},
-		{"dolly, on a slow link", Resources{Model: ModelDolly}, nil, slowLink, 2 * RelayMinBatch, 0},
+		{"dolly, on a slow link", Resources{Model: ModelDolly}, nil, slowLink, RelayMinBatch, RelayWake},
 		{"dolly, bound by the source's CPU", dollyCPU, nil, 10 * gbe, 0, 0},
 		{"dolly, bound by the nodes' CPU", dollyCPU, &fastSource, 10 * gbe, 0, 2 * RelayWake},
 	}
@@ -88,8 +88,8 @@ func TestChainFillCost(t *testing.T) {
 
 // TestChainFillOnACrowdedMachine: nodes that share a machine whose CPU
 // sets the rate forward in their turn, and their relays wake less often
-// (CrowdedRelayWake): each lower hop delays the stream by two of those
-// wake-ups.
+// (CrowdedRelayWake): each lower hop delays the stream by such a wake-up
+// and a default one.
 func TestChainFillOnACrowdedMachine(t *testing.T) {
 	const n = 8
 	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 1e18, Copy: 300 * MB, Digest: 300 * MB}}
@@ -108,9 +108,9 @@ func TestChainFillOnACrowdedMachine(t *testing.T) {
 	if !r.CrowdedWake() {
 		t.Errorf("CrowdedWake() = false on a plan its machine's cores bind")
 	}
-	want := ETA(r.Rate, n, 2*CrowdedRelayWake, opt)
+	want := ETA(r.Rate, n, CrowdedRelayWake+RelayWake, opt)
 	if r.ETA != want {
-		t.Errorf("ETA %v, want %v: the image at %.1f MB/s and two crowded wake-ups at each of %d lower hops", r.ETA, want, r.Rate/MB, n-1)
+		t.Errorf("ETA %v, want %v: the image at %.1f MB/s and a crowded wake-up and a default one at each of %d lower hops", r.ETA, want, r.Rate/MB, n-1)
 	}
 }
 
