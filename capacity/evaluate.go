@@ -306,23 +306,24 @@ func (f *fabric) hopLag(receivers []int, binding []Constraint, nearly map[string
 // below their previews).
 const cpuNearlyBinds = 1.5
 
-// nearlyBound is the machines whose CPU holds a plan of the given rate and
-// constraints back, or nearly (cpuNearlyBinds).
+// nearlyBound is the crowded machines (more of the cast's hosts than
+// cores, those whose nodes dolly-server has share them) whose CPU holds a
+// plan of the given rate and constraints back, or nearly (cpuNearlyBinds).
 func nearlyBound(constraints []Constraint, rate float64) map[string]bool {
 	nearly := map[string]bool{}
 	if !(rate > 0) {
 		return nearly
 	}
 	for _, c := range constraints {
-		if c.Kind == MachineCPULimit && c.Coef > 0 && c.Bound() <= cpuNearlyBinds*rate {
+		if c.Kind == MachineCPULimit && float64(c.Streams) > c.Cap && c.Coef > 0 && c.Bound() <= cpuNearlyBinds*rate {
 			nearly[c.Subject] = true
 		}
 	}
 	return nearly
 }
 
-// CrowdedWake says whether the cores of a machine that hosts of the plan
-// share hold it back, or nearly: the relays there then gather
+// CrowdedWake says whether the cores of a machine that more hosts of the
+// plan share than it has hold it back, or nearly: the relays there then gather
 // CrowdedRelayWake of the stream before they wake, for fewer wake-ups
 // leave more of the machine to the cast.
 func (r Result) CrowdedWake() bool {

@@ -566,6 +566,8 @@ func TestWakeFor(t *testing.T) {
 		{"the cores bind", Choice{Modeled: true, Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(120e6), link}}}, relay.CrowdedWakeDelay},
 		{"the cores nearly bind", Choice{Modeled: true, Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(170e6), link}}}, relay.CrowdedWakeDelay},
 		{"the links bind, the cores far off", Choice{Modeled: true, Result: capacity.Result{Rate: 23e6, Constraints: []capacity.Constraint{cpu(70e6), link}}}, 0},
+		{"the cores of an uncrowded machine bind", Choice{Modeled: true, Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{
+			{Kind: capacity.MachineCPULimit, Subject: "m", Streams: 2, Coef: 8 / 120e6, Cap: 8}, link}}}, 0},
 		{"no shared machine", Choice{Modeled: true, Result: capacity.Result{Rate: 23e6, Constraints: []capacity.Constraint{link}}}, 0},
 		{"not modelled", Choice{Result: capacity.Result{Rate: 120e6, Constraints: []capacity.Constraint{cpu(120e6)}}}, 0},
 	} {
