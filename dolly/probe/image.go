@@ -76,15 +76,23 @@ type sample struct {
 	off, len, zero int64
 }
 
-// profileSamples is how many evenly spread pieces of a raw image Profile
-// reads, each profileSample bytes: 256 MiB at most, under a second. Fewer
-// saw too little of a file system whose files compress each its own way:
-// 64 put the bench's 1 GiB ext4 image anywhere from 9.7 to 13.0 as the
-// samples' places moved within their stretches (10.6 whole), 256 from
-// 9.9 to 11.8.
+// profileSamples is how many evenly spread stretches of a raw image
+// Profile samples, and profileData the data (bytes not in holes) it reads
+// of each at least, in whole chunks as a cast compresses them
+// (imaging.ChunkSize): 256 MiB of data at most when it is dense, under a
+// second, and an image of up to profileSamples chunks whole. A sample
+// compressed in smaller pieces than a cast's chunks compresses worse: the
+// bench's 1 GiB ext4 image gave 10.26 read in pieces of 1 MiB, and 10.96
+// cast in chunks of 2 MiB (the lab's links carried 12% less than that
+// predicted). Fewer samples saw too little of a file system whose files
+// compress each its own way: 64 of 1 MiB put the same image anywhere from
+// 9.7 to 13.0 as the samples' places moved within their stretches.
 const (
-	profileSamples = 256
-	profileSample  = 1 << 20
+	profileSamples = 128
+	profileData    = imaging.ChunkSize / 2
+	// profileChunks bounds the chunks read of one stretch, which may hold
+	// little data in many chunks between holes.
+	profileChunks = 4
 )
 
 // Image describes im for planning. A compressed image is scanned
@@ -100,11 +108,12 @@ func Image(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pr
 
 // sampleImage profiles a raw image from a sample of each of n stretches.
 //
+// A stretch is whole chunks of the cast (imaging.ChunkSize), and its
+// sample the chunks that hold data from a place of its own in the stretch
+// (samplePlace) on, read whole and compressed as a cast compresses them.
 // Holes are zero runs known exactly, where samples only estimate: each
-// stretch counts its own, and its sample is read from its data only, from
-// a place of its own in the stretch (samplePlace) on, extent by extent,
-// each compressed apart as a cast compresses the data between zero runs.
-// What the sample says stands for the stretch's data (readings.stands).
+// stretch counts its own, and what its sample says of the data (the bytes
+// not in holes) stands for the stretch's data (readings.stands).
 func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error) {
 	p := Profile{Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize}
 	p.Sampled, p.Codec = true, imaging.Zstd
@@ -117,8 +126,9 @@ func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error)
 	if !im.HoleRuns(ctx, func(off, end int64) { holes = append(holes, span{off, end}) }) {
 		holes = nil
 	}
-	buf := make([]byte, profileSample)
-	step := max(im.Size/int64(n)/imaging.ZeroBlock*imaging.ZeroBlock, profileSample)
+	const chunk = imaging.ChunkSize
+	buf := make([]byte, chunk)
+	step := max(im.Size/int64(n)/chunk*chunk, chunk)
 	var packed []byte
 	var parts []tallyPart
 	var scales []float64 // how many times its reads' decoding time each part's is
@@ -141,24 +151,24 @@ func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error)
 				return
 			}
 			end := min(start+step, im.Size)
-			// From the sample's place to the stretch's end, and on from its
-			// start: every byte of the stretch is as likely to be read.
-			place := samplePlace(start, end, len(parts))
+			chunks := (end - start + chunk - 1) / chunk
+			// From the sample's chunk to the stretch's end, and on from its
+			// start: every chunk of the stretch is as likely to be read.
+			first := (samplePlace(start, end, len(parts)) - start) / chunk
 			var got readings
-			for off, until := holes.dataFrom(place), end; got.raw < profileSample; off = holes.dataFrom(off) {
-				if off >= until {
-					if until == place || place == start {
-						break
-					}
-					off, until = holes.dataFrom(start), place
+			for k, reads := int64(0), 0; k < chunks && reads < profileChunks && got.raw < profileData; k++ {
+				off := start + (first+k)%chunks*chunk
+				stop := min(off+chunk, end)
+				inHoles := holes.in(off, stop)
+				if inHoles == stop-off {
 					continue
 				}
-				stop := min(until, holes.holeFrom(off), off+profileSample-got.raw)
 				read, err := im.ReadAt(buf[:stop-off], off)
 				if err != nil && err != io.EOF {
 					failed = fmt.Errorf("image %s: reading at %d: %w", im.Path, off, err)
 					return
 				}
+				reads++
 				eof := off+int64(read) == im.Size
 				var zero int64
 				imaging.Segments(buf[:read], off, imaging.MinZeroRun, eof, func(s imaging.Segment) {
@@ -174,13 +184,15 @@ func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error)
 					failed = err
 					return
 				}
-				got.raw, got.zero, got.packed = got.raw+int64(read), got.zero+zero, got.packed+int64(len(packed)-before)
+				inHoles = min(inHoles, int64(read))
+				got.raw += int64(read) - inHoles
+				got.zero += max(0, zero-inHoles)
+				got.packed += int64(len(packed) - before)
 				p.samples = append(p.samples, sample{off: off, len: int64(read), zero: zero})
 				sizes, partOf = append(sizes, read), append(partOf, len(parts))
 				if int64(read) < stop-off {
 					break // the image ended early
 				}
-				off = stop
 			}
 			part, scale := got.stands(end-start, holes.in(start, end))
 			parts, scales = append(parts, part), append(scales, scale)
@@ -250,7 +262,7 @@ func (got readings) stands(size, holes int64) (tallyPart, float64) {
 // and zeros in turn), and takes every stretch for all data or all zeros.
 func samplePlace(start, end int64, i int) int64 {
 	room := end - start
-	if room <= profileSample {
+	if room <= imaging.ChunkSize {
 		return start
 	}
 	const golden = 0.6180339887498949 // the most even of such sequences

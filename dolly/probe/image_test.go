@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/testimage"
 )
@@ -323,7 +325,7 @@ func TestHoleMap(t *testing.T) {
 }
 
 func TestSamplePlaceStaysInItsStretch(t *testing.T) {
-	for _, stretch := range []int64{profileSample, profileSample + 4096, 3 << 20, 48 << 20} {
+	for _, stretch := range []int64{imaging.ChunkSize, imaging.ChunkSize + 4096, 3 << 20, 48 << 20} {
 		seen := map[int64]bool{}
 		for i := range 64 {
 			start := int64(i) * stretch
@@ -357,4 +359,66 @@ func TestReadingsStandForTheStretch(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want %+v, %v", tt.name, part, scale, tt.want, tt.scale)
 		}
 	}
+}
+
+// TestProfileFactorIsTheCasts checks that a raw image's factor is what a
+// cast compressing it on the fly sends, chunk by chunk, for data that
+// compresses better in a whole chunk than in smaller pieces: blocks that
+// repeat a little over a megabyte apart.
+func TestProfileFactorIsTheCasts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	block := make([]byte, 640<<10)
+	for _, tt := range []struct {
+		name string
+		size int64 // past profileSamples chunks, the image is sampled
+	}{
+		{"read whole", 48 << 20},
+		{"sampled", 2 * profileSamples * imaging.ChunkSize},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "img")
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := int64(0); off < tt.size; off += imaging.ChunkSize {
+				for i := range block {
+					block[i] = byte(rng.Uint32())
+				}
+				for at := off; at < off+imaging.ChunkSize; at += int64(len(block)) {
+					n := min(int64(len(block)), off+imaging.ChunkSize-at)
+					if _, err := f.WriteAt(block[:n], at); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			im, err := imaging.OpenImage(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer im.Close()
+			p, err := sampleImage(t.Context(), im, profileSamples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sent countingWriter
+			if _, err := stream.CompressChunks(t.Context(), &sent, io.NewSectionReader(im, 0, im.Size), imaging.Zstd, imaging.OnTheFly); err != nil {
+				t.Fatal(err)
+			}
+			cast := float64(im.Size) / float64(sent)
+			if math.Abs(p.Factor/cast-1) > 0.03 {
+				t.Errorf("factor %.3f, want %.3f (what the cast sends)", p.Factor, cast)
+			}
+		})
+	}
+}
+
+type countingWriter int64
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
 }
