@@ -128,7 +128,8 @@ func sampleImage(ctx context.Context, im *imaging.Image, n int) (Profile, error)
 	}
 	const chunk = imaging.ChunkSize
 	buf := make([]byte, chunk)
-	step := max(im.Size/int64(n)/chunk*chunk, chunk)
+	// At most n stretches: an image of more chunks is sampled.
+	step := max((im.Size/int64(n)+chunk-1)/chunk*chunk, chunk)
 	var packed []byte
 	var parts []tallyPart
 	var scales []float64 // how many times its reads' decoding time each part's is

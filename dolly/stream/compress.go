@@ -3,8 +3,10 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
+	"sync/atomic"
 
 	"dolly/imaging"
 )
@@ -22,9 +24,10 @@ func CompressWorkers() int {
 }
 
 // compressOnTheFly has the stream carry raw compressed as send, as
-// compressChunks does it at the level a cast can afford.
-func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Reader, int64) {
-	pipe, digest := compressChunks(raw, send, imaging.OnTheFly)
+// compressChunks does it at the level a cast can afford; holes, if not
+// nil, tells where raw's file keeps holes.
+func (e *Encoder) compressOnTheFly(raw io.Reader, holes *rawHoles, send imaging.Encoding) (io.Reader, int64) {
+	pipe, digest := compressChunks(raw, holes, send, imaging.OnTheFly)
 	e.later = digest
 	e.stop = func() { pipe.CloseReader(errors.New("encoder closed")) }
 	return pipe, -1
@@ -34,7 +37,7 @@ func (e *Encoder) compressOnTheFly(raw io.Reader, send imaging.Encoding) (io.Rea
 // chunk as a source compressing on the fly does (on all cores), and
 // returns the digest of the raw bytes. It stops when ctx is done.
 func CompressChunks(ctx context.Context, w io.Writer, raw io.Reader, send imaging.Encoding, level imaging.Level) (imaging.Digest, error) {
-	pipe, digest := compressChunks(raw, send, level)
+	pipe, digest := compressChunks(raw, nil, send, level)
 	stop := context.AfterFunc(ctx, func() { pipe.CloseReader(ctx.Err()) })
 	defer stop()
 	if _, err := io.Copy(w, pipe); err != nil {
@@ -53,7 +56,9 @@ func CompressChunks(ctx context.Context, w io.Writer, raw io.Reader, send imagin
 // order. On a machine of several cores the compression, the source's
 // costliest work by far, then runs on all of them. The digest comes once
 // raw has been read to its end; closing the pipe's reader stops it all.
-func compressChunks(raw io.Reader, send imaging.Encoding, level imaging.Level) (*bufPipe, chan imaging.Digest) {
+// Where holes tells that a chunk lies wholly in a hole of raw's file, it
+// is sent as zstd's zero frames, neither read nor compressed.
+func compressChunks(raw io.Reader, holes *rawHoles, send imaging.Encoding, level imaging.Level) (*bufPipe, chan imaging.Digest) {
 	workers := CompressWorkers()
 	pipe := newBufPipe(2 * workers)
 	later := make(chan imaging.Digest, 1)
@@ -76,7 +81,31 @@ func compressChunks(raw io.Reader, send imaging.Encoding, level imaging.Level) (
 		defer close(inOrder)
 		d := imaging.NewDigester()
 		var off int64
+		if send != imaging.Zstd {
+			holes = nil // only zstd has zero frames
+		}
 		for {
+			if n, err := holes.skip(off); err != nil || n > 0 {
+				c := &chunk{off: off, eof: off+n == holes.size, err: err, done: make(chan struct{})}
+				if err == nil {
+					d.WriteZeros(n)
+					c.out = imaging.AppendZstdZeros(nil, n)
+				}
+				close(c.done)
+				off += n
+				select {
+				case inOrder <- c:
+				case <-stopped:
+					return
+				}
+				if c.eof || err != nil {
+					if err == nil {
+						later <- d.Sum()
+					}
+					return
+				}
+				continue
+			}
 			var buf []byte
 			select {
 			case buf = <-free:
@@ -145,4 +174,47 @@ func compressChunks(raw io.Reader, send imaging.Encoding, level imaging.Level) (
 		pipe.CloseWriter(err)
 	}()
 	return pipe, later
+}
+
+// rawHoles tells where a raw image's file keeps holes
+// (imaging.Image.NextData, which counts a file system's free blocks
+// too) and steps its reader over them. Compressing on the fly read the
+// holes as zeros: on the bench's 1 GiB ext4 image (70% holes), that was
+// a fifth of the source's CPU time in a cast, which the capacity model,
+// like the raw stream, takes for holes not read.
+type rawHoles struct {
+	next func(off int64) (data, hole int64, ok bool)
+	seek io.Seeker
+	size int64
+	data int64 // the data from the last call to next ends here
+	// skipped counts the bytes skipped unread, for tests: the chunks are
+	// read on a goroutine of their own.
+	skipped atomic.Int64
+}
+
+// skip returns how many bytes of the chunk at off lie wholly in a hole,
+// which the reader has stepped over: the chunk's length, or 0 if any of it
+// is data (or unknown, or too short to be a zero run). A nil h skips none.
+func (h *rawHoles) skip(off int64) (int64, error) {
+	if h == nil || h.next == nil || off >= h.size {
+		return 0, nil
+	}
+	n := min(imaging.ChunkSize, h.size-off)
+	if off+n <= h.data || n < imaging.MinZeroRun {
+		return 0, nil
+	}
+	data, hole, ok := h.next(off)
+	if !ok {
+		h.next = nil
+		return 0, nil
+	}
+	if data < off+n {
+		h.data = hole
+		return 0, nil
+	}
+	if _, err := h.seek.Seek(off+n, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("reading image at offset %d: %w", off+n, err)
+	}
+	h.skipped.Add(n)
+	return n, nil
 }

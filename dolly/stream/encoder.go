@@ -32,6 +32,9 @@ type Encoder struct {
 	seek    io.Seeker // e.r, to step over a hole
 	dataEnd int64     // the file's stored bytes from off run at least to here
 	unread  int64     // bytes of holes sent as zeros without reading them
+	// compressHoles is where a raw image compressed on the fly keeps
+	// holes; nil if not known.
+	compressHoles *rawHoles
 
 	buf     []byte
 	queue   []imaging.Segment // segments of buf not yet framed
@@ -89,7 +92,13 @@ func NewEncoder(im *imaging.Image, cast CastID, frameSize int, send imaging.Enco
 		e.h.StreamSize = im.Size
 		e.digest = imaging.NewDigester()
 	case im.Encoding == imaging.Raw:
-		e.r, e.total = e.compressOnTheFly(im.Stream(), send)
+		r := im.Stream()
+		var holes *rawHoles
+		if sk, ok := r.(io.Seeker); ok {
+			holes = &rawHoles{next: im.NextData, seek: sk, size: im.Size}
+		}
+		e.r, e.total = e.compressOnTheFly(r, holes, send)
+		e.compressHoles = holes
 		e.h.StreamSize = 0 // unknown until the end
 	default:
 		return nil, fmt.Errorf("image %s is %s: it can be sent as stored or raw, not as %s", im.Path, im.Encoding, send)
@@ -124,7 +133,7 @@ func NewCompressingEncoder(r io.Reader, size int64, frameSize int, send imaging.
 		return nil, fmt.Errorf("%s is no compression", send)
 	}
 	e := newEncoder(CastID{}, size, frameSize, send)
-	e.r, e.total = e.compressOnTheFly(r, send)
+	e.r, e.total = e.compressOnTheFly(r, nil, send)
 	return e, nil
 }
 
