@@ -225,7 +225,7 @@ func (f *fabric) limits(plan Plan, st stream, host, out []int, use channels) ([]
 		m := machines[h.Machine]
 		if m == nil {
 			mc := f.net.Machines[h.Machine]
-			m = &sharedMachine{contention: mc.Contention, beside: mc.Beside, cast: mc.CastCost * st.wire(), processShare: mc.ProcessShare, sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
+			m = &sharedMachine{contention: mc.Contention, beside: mc.Beside, cast: mc.CastCost * st.wire(), busyShare: mc.BusyShare, sharedDisk: mc.SharedDisk, crowdDisk: mc.DiskBytesPerSec}
 			machines[h.Machine] = m
 			machineOrder = append(machineOrder, h.Machine)
 		}
@@ -337,7 +337,7 @@ type sharedMachine struct {
 	beside            int // hosts of the cast beside the plan (Machine.Beside)
 	contention        float64
 	cast              float64 // CPU per raw byte, once for the cast
-	processShare      float64 // Machine.ProcessShare: 0, all the cores
+	busyShare         float64 // Machine.BusyShare: 0, all the cores
 	cpu, cpuCap       float64
 	memory, memoryCap float64
 	sharedDisk        bool
@@ -374,12 +374,10 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
 		work := m.cpu
-		if m.processShare > 0 {
-			// The kernel's threads and idle cores take their part of
-			// every thread's time, a decoder's too: the zstd casts'
-			// processes, decoders and all, got 84-89% of the cores where
-			// the ring had found 79-90%.
-			work = m.cpu / m.processShare
+		if m.busyShare > 0 {
+			// Idle cores take their part of every thread's time, a
+			// decoder's too.
+			work = m.cpu / m.busyShare
 		}
 		coef := work*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
 		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})

@@ -71,15 +71,15 @@ type Machine struct {
 	// Crowded says its hosts' CPU figures were measured by all of them at
 	// once, so what they cost each other is in the figures already.
 	Crowded bool
-	// ProcessShare is the part of the machine's CPU time its hosts'
-	// processes get when all of them stream at once as fast as its CPUs
-	// let them: the rest goes to the kernel's threads (the deferred
-	// receives and queue timers of virtual or shaped links) and to cores
-	// left idle while each host waits for the one before. No host's
-	// figures show either, and both take their part of every thread's
-	// time: the model counts all of the hosts' work at 1/ProcessShare
-	// times its cost. 0: all of it is theirs.
-	ProcessShare float64
+	// BusyShare is the part of the machine's CPU time that is busy when
+	// all its hosts stream at once as fast as its CPUs let them: the rest
+	// is cores left idle while each host waits for the one before, which
+	// take their part of every thread's time. The model counts all of the
+	// hosts' work at 1/BusyShare times its cost. The kernel's threads'
+	// work for their streams (the deferred receives and queue timers of
+	// virtual or shaped links) is in their link figures
+	// (Probe.LinkStreamBytesPerSec), by the byte. 0: all of it is busy.
+	BusyShare float64
 }
 
 // Switch is a passive switch. It routes streams but cannot duplicate them.
@@ -160,8 +160,8 @@ func compile(net Network) (*fabric, error) {
 		if m.Beside < 0 {
 			return nil, fmt.Errorf("machine %s: %d hosts beside the plan: want 0 or more", name, m.Beside)
 		}
-		if !(m.ProcessShare >= 0 && m.ProcessShare <= 1) {
-			return nil, fmt.Errorf("machine %s: process share %v: want a share from 0 to 1", name, m.ProcessShare)
+		if !(m.BusyShare >= 0 && m.BusyShare <= 1) {
+			return nil, fmt.Errorf("machine %s: busy share %v: want a share from 0 to 1", name, m.BusyShare)
 		}
 	}
 	f.hostSw = make([]int, len(net.Hosts))

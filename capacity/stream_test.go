@@ -248,10 +248,10 @@ func TestMachineContention(t *testing.T) {
 	}
 }
 
-// A machine whose hosts' processes get only part of its CPU time counts
-// all their work, their decoding threads' too, at the reciprocal of that
+// A machine whose cores are busy only part of the time counts all its
+// hosts' work, their decoding threads' too, at the reciprocal of that
 // share.
-func TestMachineProcessShare(t *testing.T) {
+func TestMachineBusyShare(t *testing.T) {
 	res := Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB, Copy: 1000 * MB, Digest: 1000 * MB,
 		Decompress: map[string]float64{"zstd": 200 * MB}}}
 	zstd := Compression{Codec: "zstd", Factor: 4}
@@ -269,7 +269,7 @@ func TestMachineProcessShare(t *testing.T) {
 		}
 		r := evaluateWith(t, net, Chain(4), tt.comp, Options{})
 		plain := find(t, r, MachineCPULimit, "box")
-		net.Machines = map[string]Machine{"box": {ProcessShare: tt.share, Contention: tt.contention, CastCost: tt.cast}}
+		net.Machines = map[string]Machine{"box": {BusyShare: tt.share, Contention: tt.contention, CastCost: tt.cast}}
 		c := find(t, evaluateWith(t, net, Chain(4), tt.comp, Options{}), MachineCPULimit, "box")
 		work := plain.Coef
 		if tt.share > 0 {
@@ -331,9 +331,9 @@ func TestMachineFiguresChecked(t *testing.T) {
 		{Machine{Contention: -0.5}, "machine box: contention -0.5"},
 		{Machine{CastCost: -1e-9}, "machine box: cast cost -1e-09"},
 		{Machine{Beside: -1}, "machine box: -1 hosts beside the plan"},
-		{Machine{ProcessShare: 1.2}, "machine box: process share 1.2"},
-		{Machine{ProcessShare: -0.1}, "machine box: process share -0.1"},
-		{Machine{ProcessShare: math.NaN()}, "machine box: process share NaN"},
+		{Machine{BusyShare: 1.2}, "machine box: busy share 1.2"},
+		{Machine{BusyShare: -0.1}, "machine box: busy share -0.1"},
+		{Machine{BusyShare: math.NaN()}, "machine box: busy share NaN"},
 	}
 	for _, tt := range tests {
 		net := oneSwitch(2, 1250*MB, Resources{Model: ModelDolly, Cores: 2, CPU: CPURates{Net: 100 * MB}})

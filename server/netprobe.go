@@ -51,10 +51,10 @@ type netFigures struct {
 	// them busy measured what the CPU let through, which varies from node
 	// to node with the scheduler's turns, not their links.
 	ringBusy map[string]float64
-	// processShare is, by machine key, the part of the machine's CPU time
-	// its nodes' processes got in a ring that kept its CPUs busy (see
-	// processShares): capacity.Machine.ProcessShare.
-	processShare map[string]float64
+	// busyShare is, by machine key, the part of the time the machine's
+	// CPUs were busy in a ring that kept them busy (see busyShares):
+	// capacity.Machine.BusyShare.
+	busyShare map[string]float64
 	// starSent is what the source carried to all nodes at once per
 	// second, over one window after the streams' start (see
 	// probe.Window); 0 if unknown.
@@ -233,7 +233,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			results[(i+1)%len(ready)] = got[ringIDs[i]]
 		}
 		f.ringMachine, f.ringBusy = machineRing(ready, results)
-		f.processShare = processShares(ready, results)
+		f.busyShare = busyShares(ready, results)
 		for i, n := range ready {
 			next := ready[(i+1)%len(ready)]
 			r, ok := got[ringIDs[i]]
@@ -307,16 +307,11 @@ func (s *Server) sendProbe(ctx context.Context, to control.Peer, id uint64, d ti
 // in CPU seconds a byte: its process's time in the ring or, where more, its
 // share of its machine's (ringMachine). A crowded machine's figures are
 // all raised by what its nodes cost each other (crowd.slowdown), which the
-// machine's time holds already. Where the model gives the machine's
-// processes a share of its cores (processShare), the rest is the kernel's
-// threads' already: the process's own time counts. 0: not measured.
+// machine's time holds already. 0: not measured.
 func (f netFigures) linkCPU(n *nodeState) float64 {
 	own := f.ringCPU[n.name]
 	if own <= 0 {
 		return 0
-	}
-	if f.processShare[n.machine] > 0 {
-		return own
 	}
 	machine := f.ringMachine[n.name]
 	if c, ok := f.crowds[n.machine]; ok {

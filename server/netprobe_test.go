@@ -195,11 +195,11 @@ func TestLinkCPU(t *testing.T) {
 		{"no machine figure", 2e-9, 0, 0, 0, 2e-9},
 		{"not measured", 0, 3e-9, 0, 0, 0},
 		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 0, 2e-9},
-		{"the kernel's threads in the machine's process share", 1e-9, 3e-9, 0, 0.8, 1e-9},
+		{"the kernel's threads by the byte on a machine busy in part", 1e-9, 3e-9, 0, 0.95, 3e-9},
 	} {
 		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}, ringBusy: map[string]float64{}}
 		if tt.share > 0 {
-			f.processShare = map[string]float64{"box": tt.share}
+			f.busyShare = map[string]float64{"box": tt.share}
 		}
 		if tt.slow > 0 {
 			// Two cores for 1 s against a lone cost of 1 ns a byte: the

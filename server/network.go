@@ -144,9 +144,9 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 // network (its hosts that joined, filled in from their probes) or one switch.
 func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network, []string) {
 	var notes []string
-	// The shares the model takes, before the figures that leave the
-	// kernel's threads to them (the link's, the disk's) are read.
-	figs.processShare = s.sharesTaken(figs, ready)
+	// The busy shares the model takes, of the machines the links did not
+	// hold.
+	figs.busyShare = s.sharesTaken(figs, ready)
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		// On loopback the source has no link: its sends cost CPU, which
@@ -180,10 +180,8 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		p := probeFor(n.name, own)
 		// What a byte written cost the machine with all its nodes writing
-		// (see measureDiskCrowds), where that is more than one writer's;
-		// where its process share counts the kernel's threads, one
-		// writer's own.
-		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c && figs.processShare[n.machine] == 0 {
+		// (see measureDiskCrowds), where that is more than one writer's.
+		if c := figs.disks[n.machine].cpu; c > 0 && p.DiskWriteCPUBytesPerSec > 1/c {
 			p.DiskWriteCPUBytesPerSec = 1 / c
 		}
 		if !n.loopback() {
@@ -233,8 +231,8 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	if len(machines) < len(ready) {
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
-	for _, key := range slices.Sorted(maps.Keys(figs.processShare)) {
-		notes = append(notes, processShareNote(machines[key], figs.processShare[key]))
+	for _, key := range slices.Sorted(maps.Keys(figs.busyShare)) {
+		notes = append(notes, busyShareNote(machines[key], figs.busyShare[key]))
 	}
 	if t := s.cfg.Topology; t != nil {
 		correctDisturbed(probes, machineOf, figs.crowds)
@@ -245,7 +243,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			// cost each other was measured all the same.
 			hostMachines := topologyMachines(net, ready, machineOf[0])
 			markCrowds(&net, hostMachines, figs.crowds)
-			markProcessShares(&net, hostMachines, figs.processShare)
+			markBusyShares(&net, hostMachines, figs.busyShare)
 			return net, notes
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
@@ -258,7 +256,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	shareMachines(net.Hosts, machineOf)
 	shareFileDisks(&net, ready)
 	markCrowds(&net, machineOf, figs.crowds)
-	markProcessShares(&net, machineOf, figs.processShare)
+	markBusyShares(&net, machineOf, figs.busyShare)
 	markDiskCrowds(&net, machineOf, figs.disks)
 	return net, notes
 }

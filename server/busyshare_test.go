@@ -8,12 +8,12 @@ import (
 	"dolly/dolly/control"
 )
 
-// A machine's nodes' processes get what they spent, summed, of all its
-// cores' time, where the ring kept those busy; nowhere else is it known.
-func TestProcessShares(t *testing.T) {
+// A machine's cores are busy the part of the time its nodes saw, where
+// the ring kept them busy; nowhere else is it known.
+func TestBusyShares(t *testing.T) {
 	node := func(name, machine string) *nodeState { return &nodeState{name: name, machine: machine} }
-	busy := func(own float64) control.NetResult {
-		return control.NetResult{Bytes: 30e6, CPU: own, MachineCPU: 0.38, MachineIdle: 0.02}
+	busy := func(use float64) control.NetResult {
+		return control.NetResult{Bytes: 30e6, CPU: 0.1, MachineCPU: 0.4 * use, MachineIdle: 0.4 * (1 - use)}
 	}
 	tests := []struct {
 		name    string
@@ -23,47 +23,39 @@ func TestProcessShares(t *testing.T) {
 	}{
 		{"four nodes on a busy machine",
 			[]*nodeState{node("a1", "box"), node("a2", "box"), node("a3", "box"), node("a4", "box")},
-			[]control.NetResult{busy(0.08), busy(0.09), busy(0.08), busy(0.09)},
-			map[string]float64{"box": 0.85}},
-		{"the median of the machine's time",
+			[]control.NetResult{busy(0.95), busy(0.96), busy(0.95), busy(0.97)},
+			map[string]float64{"box": 0.96}},
+		{"the median of what the nodes saw",
 			[]*nodeState{node("a1", "box"), node("a2", "box"), node("a3", "box")},
-			[]control.NetResult{{CPU: 0.1, MachineCPU: 0.38, MachineIdle: 0.02}, {CPU: 0.1, MachineCPU: 0.47, MachineIdle: 0.03}, {CPU: 0.1, MachineCPU: 0.99, MachineIdle: 0.01}},
-			map[string]float64{"box": 0.6}},
+			[]control.NetResult{busy(0.92), busy(0.99), busy(0.94)},
+			map[string]float64{"box": 0.94}},
 		{"a ring the links held back",
 			[]*nodeState{node("a1", "box"), node("a2", "box")},
-			[]control.NetResult{{CPU: 0.05, MachineCPU: 0.2, MachineIdle: 0.2}, {CPU: 0.05, MachineCPU: 0.2, MachineIdle: 0.2}},
+			[]control.NetResult{busy(0.5), busy(0.5)},
 			map[string]float64{}},
 		{"a node that did not report",
 			[]*nodeState{node("a1", "box"), node("a2", "box")},
-			[]control.NetResult{busy(0.1), {Error: "no report"}},
+			[]control.NetResult{busy(0.95), {Error: "no report"}},
 			map[string]float64{}},
-		{"a node without its process's time",
+		{"a node without the machine's time",
 			[]*nodeState{node("a1", "box"), node("a2", "box")},
-			[]control.NetResult{busy(0.1), {Bytes: 30e6, MachineCPU: 0.38, MachineIdle: 0.02}},
+			[]control.NetResult{busy(0.95), {Bytes: 30e6, CPU: 0.1}},
 			map[string]float64{}},
 		{"one node on each machine",
 			[]*nodeState{node("a1", "pc-a"), node("b1", "pc-b")},
-			[]control.NetResult{busy(0.3), busy(0.3)},
+			[]control.NetResult{busy(0.99), busy(0.99)},
 			map[string]float64{}},
 		{"machines not known",
 			[]*nodeState{node("a1", ""), node("a2", "")},
-			[]control.NetResult{busy(0.1), busy(0.1)},
-			map[string]float64{}},
-		{"no more than all of it",
-			[]*nodeState{node("a1", "box"), node("a2", "box")},
-			[]control.NetResult{busy(0.25), busy(0.25)},
-			map[string]float64{"box": 1}},
-		{"a machine something else took",
-			[]*nodeState{node("a1", "box"), node("a2", "box")},
-			[]control.NetResult{busy(0.09), busy(0.09)},
+			[]control.NetResult{busy(0.99), busy(0.99)},
 			map[string]float64{}},
 		{"two machines apart",
 			[]*nodeState{node("a1", "box"), node("b1", "other"), node("a2", "box"), node("b2", "other")},
-			[]control.NetResult{busy(0.16), {CPU: 0.1, MachineCPU: 0.1, MachineIdle: 0.3}, busy(0.16), {CPU: 0.1, MachineCPU: 0.1, MachineIdle: 0.3}},
-			map[string]float64{"box": 0.8}},
+			[]control.NetResult{busy(0.93), busy(0.25), busy(0.93), busy(0.25)},
+			map[string]float64{"box": 0.93}},
 	}
 	for _, tt := range tests {
-		got := processShares(tt.ready, tt.results)
+		got := busyShares(tt.ready, tt.results)
 		if len(got) != len(tt.want) {
 			t.Errorf("%s: shares %v, want %v", tt.name, got, tt.want)
 			continue
@@ -78,11 +70,11 @@ func TestProcessShares(t *testing.T) {
 
 // The share reaches the model's machine for every host on it, the
 // source's too, and no other machine; the preview says what it took.
-func TestMarkProcessShares(t *testing.T) {
+func TestMarkBusyShares(t *testing.T) {
 	net := capacity.Network{Hosts: []capacity.Host{{Name: "src", Machine: "src"}, {Name: "pc1", Machine: "src"}, {Name: "pc2", Machine: "pc2"}, {Name: "pc3"}}}
 	machineOf := []string{"key-a", "key-a", "key-b", "key-c"}
-	markProcessShares(&net, machineOf, map[string]float64{"key-a": 0.85, "key-c": 0.5})
-	if got := net.Machines["src"].ProcessShare; got != 0.85 {
+	markBusyShares(&net, machineOf, map[string]float64{"key-a": 0.85, "key-c": 0.5})
+	if got := net.Machines["src"].BusyShare; got != 0.85 {
 		t.Errorf("the source's machine: share %v, want 0.85", got)
 	}
 	if _, ok := net.Machines["pc2"]; ok {
@@ -91,8 +83,8 @@ func TestMarkProcessShares(t *testing.T) {
 	if len(net.Machines) != 1 {
 		t.Errorf("machines %v, want the source's alone (a host on no shared machine has none)", net.Machines)
 	}
-	note := processShareNote(4, 0.853)
-	for _, want := range []string{"4 nodes", "85%", "kernel's threads"} {
+	note := busyShareNote(4, 0.853)
+	for _, want := range []string{"4 nodes", "85%", "idle", "kernel's threads"} {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q does not say %q", note, want)
 		}
@@ -162,7 +154,7 @@ func TestFileLink(t *testing.T) {
 // machine's share out: the model sees no machine there to give it to.
 func TestSharesTaken(t *testing.T) {
 	ready := []*nodeState{{name: "pc01", machine: "box"}, {name: "pc02", machine: "box"}, {name: "pc03", machine: "other"}, {name: "pc04", machine: "other"}}
-	figs := netFigures{processShare: map[string]float64{"box": 0.8, "other": 0.9}}
+	figs := netFigures{busyShare: map[string]float64{"box": 0.8, "other": 0.9}}
 	hosts := []capacity.Host{{Name: "pc01", Machine: "lab"}, {Name: "pc02", Machine: "lab"}, {Name: "pc03"}, {Name: "pc04"}}
 	tests := []struct {
 		topo *capacity.Topology
@@ -178,7 +170,7 @@ func TestSharesTaken(t *testing.T) {
 			t.Errorf("file %v: shares %v, want %v", tt.topo != nil, got, tt.want)
 		}
 	}
-	if len(figs.processShare) != 2 {
-		t.Errorf("the measured shares were changed: %v", figs.processShare)
+	if len(figs.busyShare) != 2 {
+		t.Errorf("the measured shares were changed: %v", figs.busyShare)
 	}
 }
