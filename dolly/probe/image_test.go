@@ -258,14 +258,7 @@ func TestProfileOfAPatternThatRepeatsWithTheStretch(t *testing.T) {
 			if err := f.Truncate(samples * stride); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			im, err := imaging.OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
+			im := closeAndOpen(t, f)
 			holes, ok := im.HoleBytes(t.Context())
 			if tt.sparse && (!ok || holes != samples*stride*2/3) {
 				t.Skipf("this file system does not tell where the file's holes are (%d bytes of holes, %v)", holes, ok)
@@ -392,14 +385,7 @@ func TestProfileFactorIsTheCasts(t *testing.T) {
 					}
 				}
 			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			im, err := imaging.OpenImage(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer im.Close()
+			im := closeAndOpen(t, f)
 			p, err := sampleImage(t.Context(), im, profileSamples)
 			if err != nil {
 				t.Fatal(err)
@@ -414,6 +400,21 @@ func TestProfileFactorIsTheCasts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// closeAndOpen closes f, an image file just written, and opens it as an
+// image, closed when the test ends.
+func closeAndOpen(t *testing.T, f *os.File) *imaging.Image {
+	t.Helper()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	im, err := imaging.OpenImage(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { im.Close() })
+	return im
 }
 
 type countingWriter int64
