@@ -16,6 +16,10 @@ type bufPipe struct {
 	rerr   error // why the reader stopped (set before done is closed)
 	werr   error // why the writer stopped (set before blocks is closed)
 	cur    []byte
+	block  []byte // the whole of the block cur is the rest of
+	// spent, if set, takes each block given (give) once Read has copied
+	// all of it out, for the writer to fill again.
+	spent func([]byte)
 }
 
 func newBufPipe(slots int) *bufPipe {
@@ -70,11 +74,15 @@ func (p *bufPipe) CloseWriter(err error) {
 
 func (p *bufPipe) Read(b []byte) (int, error) {
 	for len(p.cur) == 0 {
+		if p.block != nil && p.spent != nil {
+			p.spent(p.block)
+		}
+		p.block = nil
 		c, ok := <-p.blocks
 		if !ok {
 			return 0, p.werr
 		}
-		p.cur = c
+		p.cur, p.block = c, c
 	}
 	n := copy(b, p.cur)
 	p.cur = p.cur[n:]

@@ -52,3 +52,48 @@ func TestBufPipe(t *testing.T) {
 		}
 	}
 }
+
+// A block given to a bufPipe is handed back only once its last byte has
+// been read out, and every block is handed back in turn.
+func TestBufPipeHandsBackSpentBlocks(t *testing.T) {
+	p := newBufPipe(4)
+	var spent [][]byte
+	p.spent = func(b []byte) { spent = append(spent, b) }
+	blocks := [][]byte{[]byte("abcdef"), []byte("gh"), []byte("ijkl")}
+	for _, b := range blocks {
+		if err := p.give(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.CloseWriter(nil)
+	buf := make([]byte, 4)
+	var got []byte
+	for {
+		n, err := p.Read(buf)
+		got = append(got, buf[:n]...)
+		// Handed back: all the blocks wholly read before this read.
+		whole := 0
+		for i, total := 0, 0; i < len(blocks); i++ {
+			if total += len(blocks[i]); total <= len(got)-n {
+				whole++
+			}
+		}
+		if len(spent) > whole {
+			t.Fatalf("after %q, %d blocks handed back, but only %d were read out before", got, len(spent), whole)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(got) != "abcdefghijkl" || len(spent) != len(blocks) {
+		t.Fatalf("read %q, %d blocks handed back; want all of them, %d", got, len(spent), len(blocks))
+	}
+	for i, b := range spent {
+		if &b[0] != &blocks[i][0] {
+			t.Errorf("block %d handed back is not the one given", i)
+		}
+	}
+}
