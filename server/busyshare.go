@@ -107,7 +107,7 @@ func heldByCPU(shares map[string]float64, ready []*nodeState, ring func(n *nodeS
 // hosts the model sees as one machine (a topology file that names no
 // machine for a node's host leaves its machine out).
 func (s *Server) sharesTaken(figs netFigures, ready []*nodeState) map[string]float64 {
-	shares := heldByCPU(figs.busyShare, ready, func(n *nodeState) float64 { return figs.link(n.name) }, s.fileLink)
+	shares := heldByCPU(figs.busyShares, ready, func(n *nodeState) float64 { return figs.link(n.name) }, s.fileLink)
 	t := s.cfg.Topology
 	if t == nil {
 		return shares

@@ -154,7 +154,7 @@ func TestFileLink(t *testing.T) {
 // machine's share out: the model sees no machine there to give it to.
 func TestSharesTaken(t *testing.T) {
 	ready := []*nodeState{{name: "pc01", machine: "box"}, {name: "pc02", machine: "box"}, {name: "pc03", machine: "other"}, {name: "pc04", machine: "other"}}
-	figs := netFigures{busyShare: map[string]float64{"box": 0.8, "other": 0.9}}
+	figs := netFigures{busyShares: map[string]float64{"box": 0.8, "other": 0.9}}
 	hosts := []capacity.Host{{Name: "pc01", Machine: "lab"}, {Name: "pc02", Machine: "lab"}, {Name: "pc03"}, {Name: "pc04"}}
 	tests := []struct {
 		topo *capacity.Topology
@@ -170,7 +170,7 @@ func TestSharesTaken(t *testing.T) {
 			t.Errorf("file %v: shares %v, want %v", tt.topo != nil, got, tt.want)
 		}
 	}
-	if len(figs.busyShare) != 2 {
-		t.Errorf("the measured shares were changed: %v", figs.busyShare)
+	if len(figs.busyShares) != 2 {
+		t.Errorf("the measured shares were changed: %v", figs.busyShares)
 	}
 }

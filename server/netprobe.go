@@ -51,10 +51,10 @@ type netFigures struct {
 	// them busy measured what the CPU let through, which varies from node
 	// to node with the scheduler's turns, not their links.
 	ringBusy map[string]float64
-	// busyShare is, by machine key, the part of the time the machine's
+	// busyShares is, by machine key, the part of the time the machine's
 	// CPUs were busy in a ring that kept them busy (see busyShares):
 	// capacity.Machine.BusyShare.
-	busyShare map[string]float64
+	busyShares map[string]float64
 	// starSent is what the source carried to all nodes at once per
 	// second, over one window after the streams' start (see
 	// probe.Window); 0 if unknown.
@@ -233,7 +233,7 @@ func (s *Server) measureNetwork(ctx context.Context, ready []*nodeState) (netFig
 			results[(i+1)%len(ready)] = got[ringIDs[i]]
 		}
 		f.ringMachine, f.ringBusy = machineRing(ready, results)
-		f.busyShare = busyShares(ready, results)
+		f.busyShares = busyShares(ready, results)
 		for i, n := range ready {
 			next := ready[(i+1)%len(ready)]
 			r, ok := got[ringIDs[i]]

@@ -199,7 +199,7 @@ func TestLinkCPU(t *testing.T) {
 	} {
 		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}, ringBusy: map[string]float64{}}
 		if tt.share > 0 {
-			f.busyShare = map[string]float64{"box": tt.share}
+			f.busyShares = map[string]float64{"box": tt.share}
 		}
 		if tt.slow > 0 {
 			// Two cores for 1 s against a lone cost of 1 ns a byte: the

@@ -146,7 +146,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	var notes []string
 	// The busy shares the model takes, of the machines the links did not
 	// hold.
-	figs.busyShare = s.sharesTaken(figs, ready)
+	figs.busyShares = s.sharesTaken(figs, ready)
 	src := sourceProbe(s.probe)
 	if len(ready) > 0 {
 		// On loopback the source has no link: its sends cost CPU, which
@@ -231,8 +231,8 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	if len(machines) < len(ready) {
 		notes = append(notes, fmt.Sprintf("%d nodes run on %s: the model shares out its CPU and memory, and the disk of one whose targets are files", len(ready), plural(len(machines), "machine")))
 	}
-	for _, key := range slices.Sorted(maps.Keys(figs.busyShare)) {
-		notes = append(notes, busyShareNote(machines[key], figs.busyShare[key]))
+	for _, key := range slices.Sorted(maps.Keys(figs.busyShares)) {
+		notes = append(notes, busyShareNote(machines[key], figs.busyShares[key]))
 	}
 	if t := s.cfg.Topology; t != nil {
 		correctDisturbed(probes, machineOf, figs.crowds)
@@ -243,7 +243,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			// cost each other was measured all the same.
 			hostMachines := topologyMachines(net, ready, machineOf[0])
 			markCrowds(&net, hostMachines, figs.crowds)
-			markBusyShares(&net, hostMachines, figs.busyShare)
+			markBusyShares(&net, hostMachines, figs.busyShares)
 			return net, notes
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
@@ -256,7 +256,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	shareMachines(net.Hosts, machineOf)
 	shareFileDisks(&net, ready)
 	markCrowds(&net, machineOf, figs.crowds)
-	markBusyShares(&net, machineOf, figs.busyShare)
+	markBusyShares(&net, machineOf, figs.busyShares)
 	markDiskCrowds(&net, machineOf, figs.disks)
 	return net, notes
 }

@@ -208,15 +208,16 @@ type rawHoles struct {
 	skipped atomic.Int64
 }
 
-// skip returns how many bytes of the chunk at off lie wholly in a hole,
-// which the reader has stepped over: the chunk's length, or 0 if any of it
-// is data (or unknown, or too short to be a zero run). A nil h skips none.
+// skip returns how many bytes of the chunk at off lie wholly in a hole
+// that is sent as a zero run unread (imaging.HoleRun), which the reader has
+// stepped over: the chunk's length, or 0 if any of it is data (or unknown,
+// or too short). A nil h skips none.
 func (h *rawHoles) skip(off int64) (int64, error) {
 	if h == nil || h.next == nil || off >= h.size {
 		return 0, nil
 	}
 	n := min(imaging.ChunkSize, h.size-off)
-	if off+n <= h.data || n < imaging.MinZeroRun {
+	if off+n <= h.data {
 		return 0, nil
 	}
 	data, hole, ok := h.next(off)
@@ -224,7 +225,7 @@ func (h *rawHoles) skip(off int64) (int64, error) {
 		h.next = nil
 		return 0, nil
 	}
-	if data < off+n {
+	if end, run := imaging.HoleRun(off, data, h.size); !run || end < off+n {
 		h.data = hole
 		return 0, nil
 	}
