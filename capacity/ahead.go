@@ -20,16 +20,17 @@ import "math"
 
 // stageOf says which stage c limits: the stream's way to a node (links,
 // switches, the source's own work), which may run ahead of the node's own
-// work, or that work: its decoding thread and its disk. A node's cores,
-// memory and bus, and a machine's that several hosts share (the source and
-// nodes on one box, an emulated lab), limit both: they run the relays, the
-// source and the kernel's networking as well as the decoders, so while they
-// hold the cast back nothing runs ahead.
+// work, or that work: its decoding thread and its disk. Memory, and a
+// machine's disk that several hosts share, limit both. A CPU, a host's or a
+// machine's that several hosts share (the source and nodes on one box, an
+// emulated lab), is a pool of its own (pooled): it runs the relays, the
+// source and the kernel's networking as well as the decoders, so it limits
+// the way in by its work for it, and the cast by all its work.
 func stageOf(c Constraint) (up, down bool) {
 	switch {
 	case c.Kind == LinkLimit || c.Kind == BackplaneLimit || c.Kind == SourceRateLimit:
 		return true, false
-	case c.Kind == MachineCPULimit || c.Kind == MachineMemoryLimit || c.Kind == MachineDiskLimit:
+	case c.Kind == MachineMemoryLimit || c.Kind == MachineDiskLimit:
 		return true, true
 	case c.Flow.Source: // the source's own limits: reading, compressing, sending
 		return true, false
@@ -39,12 +40,26 @@ func stageOf(c Constraint) (up, down bool) {
 	return true, true
 }
 
+// pooled says whether c is a CPU whose cores serve both stages.
+func pooled(c Constraint) bool {
+	return c.Kind == CPULimit || c.Kind == MachineCPULimit
+}
+
 // pieceCost is what one piece of the image costs each stage, in seconds
 // per raw byte, and its stream bytes per raw byte.
 type pieceCost struct {
 	share    float64 // of the raw image
 	wire     float64
 	up, down float64
+	// pools is what each CPU (by constraint) spends, in seconds of all
+	// its cores per raw byte.
+	pools map[poolKey]float64
+}
+
+// poolKey tells one CPU from another.
+type poolKey struct {
+	kind    ConstraintKind
+	subject string
 }
 
 // costOf splits a piece's constraints into its two stages' times.
@@ -53,6 +68,16 @@ func costOf(share, wire float64, cs []Constraint) pieceCost {
 	for _, c := range cs {
 		b := c.Bound()
 		if math.IsInf(b, 1) {
+			continue
+		}
+		if pooled(c) {
+			if p.pools == nil {
+				p.pools = map[poolKey]float64{}
+			}
+			p.pools[poolKey{c.Kind, c.Subject}] += 1 / b
+			if ahead := c.Coef - c.Down; ahead > 0 {
+				p.up = max(p.up, ahead/c.Cap)
+			}
 			continue
 		}
 		up, down := stageOf(c)
@@ -81,7 +106,18 @@ const (
 // (see maxSlices).
 func aheadRate(pieces []pieceCost, imageBytes, ahead float64) (rate float64, stretches []Stretch, ok bool) {
 	sliceWire := ahead / sliceFraction
-	type slice struct{ wire, up, down float64 }
+	type slice struct {
+		wire, up, down float64
+		pools          []float64 // by index of keys
+	}
+	index := map[poolKey]int{}
+	for _, p := range pieces {
+		for k := range p.pools {
+			if _, ok := index[k]; !ok {
+				index[k] = len(index)
+			}
+		}
+	}
 	var cut []slice
 	ends := make([]int, len(pieces)) // each piece's last slice + 1
 	for i, p := range pieces {
@@ -92,13 +128,19 @@ func aheadRate(pieces []pieceCost, imageBytes, ahead float64) (rate float64, str
 		}
 		k := max(1, int(n))
 		r := raw / float64(k)
+		pools := make([]float64, len(index))
+		for key, c := range p.pools {
+			pools[index[key]] = r * c
+		}
 		for range k {
-			cut = append(cut, slice{wire: r * p.wire, up: r * p.up, down: r * p.down})
+			cut = append(cut, slice{wire: r * p.wire, up: r * p.up, down: r * p.down, pools: pools})
 		}
 		ends[i] = len(cut)
 	}
-	// in[j] is when slice j is in, written[j] when the node has written it.
+	// in[j] is when slice j is in, written[j] when the node has written it;
+	// done[k] when CPU k has done its work on the slices so far.
 	in, written := make([]float64, len(cut)), make([]float64, len(cut))
+	done := make([]float64, len(index))
 	var held float64 // stream bytes of slices first..j
 	first := 0       // the oldest slice the buffer must still hold
 	for j, s := range cut {
@@ -119,6 +161,13 @@ func aheadRate(pieces []pieceCost, imageBytes, ahead float64) (rate float64, str
 		// the last of it is in, whichever is later.
 		in[j] = max(prevIn, room) + s.up
 		written[j] = max(prevWritten+s.down, in[j])
+		// A CPU works on the slices in turn, at most as fast as they
+		// come in; what its cores do for one stage they cannot do for
+		// the other.
+		for k, c := range s.pools {
+			done[k] = max(done[k]+c, in[j])
+			written[j] = max(written[j], done[k])
+		}
 	}
 	total := written[len(cut)-1]
 	if !(total > 0) {

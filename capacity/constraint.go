@@ -78,6 +78,11 @@ type Constraint struct {
 	Streams int     // link and backplane constraints: logical channels through it
 	Coef    float64 // multiple of b; CPU shares are in cores per (byte/s)
 	Cap     float64 // bytes per second, or cores for CPU and decompression
+	// Down is, of a CPU's Coef, the work a node does behind its buffer
+	// on its own copy (decoding it, writing it), which may fall behind
+	// the stream's way in while the cores have work to spare (see
+	// aheadRate).
+	Down float64
 }
 
 // Bound returns the largest rate b the constraint allows.

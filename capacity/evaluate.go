@@ -339,6 +339,7 @@ type sharedMachine struct {
 	cast              float64 // CPU per raw byte, once for the cast
 	busyShare         float64 // Machine.BusyShare: 0, all the cores
 	cpu, cpuCap       float64
+	cpuDown           float64 // of cpu, the nodes' work behind their buffers
 	memory, memoryCap float64
 	sharedDisk        bool
 	crowdDisk         float64 // the shared disk's rate with all its writers at once; 0: unknown
@@ -352,6 +353,7 @@ func (m *sharedMachine) add(cs []Constraint) {
 		switch c.Kind {
 		case CPULimit:
 			m.cpu += c.Coef
+			m.cpuDown += c.Down
 			m.cpuCap = max(m.cpuCap, c.Cap)
 		case MemoryLimit:
 			m.memory += c.Coef
@@ -373,14 +375,15 @@ func (m *sharedMachine) appendLimits(dst []Constraint, name string) []Constraint
 		return dst
 	}
 	if m.cpu > 0 && m.cpuCap > 0 {
-		work := m.cpu
+		work, down := m.cpu, m.cpuDown
 		if m.busyShare > 0 {
 			// Idle cores take their part of every thread's time, a
 			// decoder's too.
-			work = m.cpu / m.busyShare
+			work, down = m.cpu/m.busyShare, m.cpuDown/m.busyShare
 		}
-		coef := work*(1+m.contention*float64(m.hosts-1+m.beside)) + m.cast
-		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap})
+		crowd := 1 + m.contention*float64(m.hosts-1+m.beside)
+		coef := work*crowd + m.cast
+		dst = append(dst, Constraint{Kind: MachineCPULimit, Subject: name, Streams: m.hosts + m.beside, Coef: coef, Cap: m.cpuCap, Down: down * crowd})
 	}
 	if m.hosts < 2 { // the rest is the plan's hosts' alone
 		return dst

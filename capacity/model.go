@@ -8,10 +8,16 @@ type hostLimits struct {
 
 // add appends coef·b ≤ cap unless the resource is not modelled.
 func (h *hostLimits) add(kind ConstraintKind, flow Flow, coef, cap float64) {
+	h.addBehind(kind, flow, coef, 0, cap)
+}
+
+// addBehind is add for a CPU of which down, of coef, is the node's work
+// behind its buffer (Constraint.Down).
+func (h *hostLimits) addBehind(kind ConstraintKind, flow Flow, coef, down, cap float64) {
 	if cap <= 0 || coef <= 0 {
 		return
 	}
-	h.dst = append(h.dst, Constraint{Kind: kind, Subject: h.name, Flow: flow, Coef: coef, Cap: cap})
+	h.dst = append(h.dst, Constraint{Kind: kind, Subject: h.name, Flow: flow, Coef: coef, Cap: cap, Down: min(max(down, 0), coef)})
 }
 
 // appendHostLimits appends the constraints of one host's own resources,

@@ -30,7 +30,8 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          where z is the share the node zeroes, when its disk zeroes
 //	          by writing zeros (a hard disk; an SSD zeroes in place)
 //	memory    ((1+o)·w + 2w + w + 2d + d [+ w + d + 2 + 1 + d])·b ≤ memory
-//	          NIC DMAs, read copy, CRC, write copy, disk DMA [decoder in/out, gather copy, zero scan, digest]
+//	          NIC DMAs, read copy, CRC, write copy, disk DMA [decoder in/out, gather copy, zero scan, digest];
+//	          for zstd [w + s + 2d + s + d], s the share it decodes (below)
 //	CPU       ((1+o)·w/net + w/copy + w/digest + d/write
 //	           [+ 1/decompress + w/copy + s + d/digest + d/copy])·b ≤ cores
 //	          where write is the probed write path (disk CPU rate, the kernel
@@ -75,12 +76,21 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		cpu = w*path + d*write
 	}
 	cpu += (1 + o) * w * r.paceCost()
+	behind := d * write // what the node writes, it writes from its buffer
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)
 		if err != nil {
 			return err
 		}
-		memory += w + d + 2 + 1 + d
+		// zstd's decoder hands on zero frames and the zeros deep in a run
+		// of RLE blocks undecoded: they are neither written out nor
+		// gathered nor scanned.
+		if st.Codec == "zstd" {
+			s := st.scanned()
+			memory += w + s + 2*d + s + d
+		} else {
+			memory += w + d + 2 + 1 + d
+		}
 		// The decoder's thread also copies the payloads into the decoder,
 		// scans what it decodes for zero runs, digests the data and copies
 		// it into the target's aligned chunks: all of it counts against
@@ -101,6 +111,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		}
 		thread := st.decodeWeight()/rate + w*share(r.CPU.Copy) + scan + d*share(r.CPU.Digest) + align
 		cpu += thread
+		behind += thread
 		if !r.ParallelDecompress {
 			h.add(DecompressLimit, flow, thread, 1)
 		}
@@ -114,7 +125,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 	h.add(DiskLimit, flow, written, r.Disk)
 	h.add(IOBusLimit, flow, (1+o)*w+written, r.IOBus)
 	h.add(MemoryLimit, flow, memory, r.Memory)
-	h.add(CPULimit, flow, cpu, r.cores())
+	h.addBehind(CPULimit, flow, cpu, behind, r.cores())
 	return nil
 }
 

@@ -338,6 +338,11 @@ func scan(ctx context.Context, im *imaging.Image, progress func(raw int64)) (Pro
 	if err != nil {
 		return Profile{}, err
 	}
+	// The scan fills the zeros a node's decoder skips: its stretches'
+	// times would put on the free space a cost no node pays.
+	if rate := w.gauge.rleRef.rate(); rate > 0 {
+		w.tally.discountSkipped(skipped, 1/rate)
+	}
 	p := Profile{
 		Encoding: im.Encoding, Size: im.Size, StreamSize: im.StreamSize,
 		ZeroFraction: float64(im.ZeroBytes) / float64(im.Size),

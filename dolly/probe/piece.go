@@ -24,6 +24,9 @@ const maxPieces = 16
 type tallyPart struct {
 	size, raw, zero, packed int64
 	cpu                     time.Duration
+	// solid is what was read of it in reads all of zero runs (a scan's):
+	// where the zeros a node's decoder hands on unfilled lie.
+	solid int64
 }
 
 // pieceTally adds up stretches of span raw bytes as an image is read.
@@ -45,6 +48,31 @@ func (t *pieceTally) add(off, raw, zero, packed int64, cpu time.Duration) {
 	p.zero += zero
 	p.packed += packed
 	p.cpu += cpu
+	if zero == raw {
+		p.solid += raw
+	}
+}
+
+// discountSkipped takes out of the parts' decoding times the filling of
+// skipped bytes of RLE zeros, which a node's decoder hands on unfilled
+// (imaging.ZstdCounts.Skipped) but a scan, which checks the checksums,
+// fills at fill seconds a byte. The skipped zeros are shared out among the
+// parts by their reads all of zero runs: the zeros deep in a long run.
+func (t *pieceTally) discountSkipped(skipped int64, fill float64) {
+	var solid int64
+	for _, p := range t.parts {
+		solid += p.solid
+	}
+	if skipped <= 0 || solid <= 0 || !(fill > 0) {
+		return
+	}
+	for i := range t.parts {
+		p := &t.parts[i]
+		share := min(float64(p.solid), float64(p.solid)*float64(skipped)/float64(solid))
+		// Never below what the part's other reads took: a fill figure
+		// timed apart may be a little off.
+		p.cpu = max(p.cpu-time.Duration(share*fill*float64(time.Second)), p.cpu/10)
+	}
 }
 
 // pieces merges the parts, in order, into at most maxPieces pieces of about

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"dolly/imaging"
 )
@@ -59,6 +60,43 @@ func TestProfilePieces(t *testing.T) {
 			}
 			if total != size {
 				t.Errorf("pieces cover %d bytes, want %d", total, size)
+			}
+		})
+	}
+}
+
+// A scan fills the RLE zeros a node's decoder skips; its stretches' times
+// lose that filling where the zeros lie deep in a run (reads all of zero
+// runs), and nowhere else.
+func TestDiscountSkipped(t *testing.T) {
+	const mib = 1 << 20
+	second := time.Second
+	fill := 1e-9 // a second a gigabyte
+	for _, tc := range []struct {
+		name    string
+		skipped int64
+		fill    float64
+		want    []time.Duration // the parts' times after
+	}{
+		{"nothing skipped", 0, fill, []time.Duration{second, second, second}},
+		{"no fill figure", 64 * mib, 0, []time.Duration{second, second, second}},
+		// 64 MiB of the two parts' 128 MiB of solid zeros: 32 MiB each.
+		{"half the solid zeros", 64 * mib, fill, []time.Duration{second, second - 32*mib, second - 32*mib}},
+		// Never more than a part's solid zeros, nor below a tenth.
+		{"more than there are", 512 * mib, fill, []time.Duration{second, second - 64*mib, second - 64*mib}},
+		{"a fill dearer than the scan", 128 * mib, 1e-7, []time.Duration{second, second / 10, second / 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tally := pieceTally{span: 64 * mib}
+			tally.add(0, 64*mib, mib, 20*mib, second)              // files, some zeros
+			tally.add(64*mib, 64*mib, 64*mib, 0, second)           // free space
+			tally.add(128*mib, 32*mib, 32*mib, 0, second/2)        // free space, read
+			tally.add(128*mib+32*mib, 32*mib, 32*mib, 0, second/2) // in two reads
+			tally.discountSkipped(tc.skipped, tc.fill)
+			for i, p := range tally.parts {
+				if p.cpu != tc.want[i] {
+					t.Errorf("part %d: %v, want %v", i, p.cpu, tc.want[i])
+				}
 			}
 		})
 	}
