@@ -75,8 +75,8 @@ func costOf(share, wire float64, cs []Constraint) pieceCost {
 				p.pools = map[poolKey]float64{}
 			}
 			p.pools[poolKey{c.Kind, c.Subject}] += 1 / b
-			if ahead := c.Coef - c.Down; ahead > 0 {
-				p.up = max(p.up, ahead/c.Cap)
+			if wayIn := c.Coef - c.Down; wayIn > 0 { // its work for the way in
+				p.up = max(p.up, wayIn/c.Cap)
 			}
 			continue
 		}
