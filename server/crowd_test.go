@@ -96,26 +96,40 @@ func TestSharedDiskMayBind(t *testing.T) {
 	}
 }
 
-// What the nodes of a shared disk wrote at once: the rates add up, and the
-// machine's busy time that each timed over its window (about the same for
-// all) counts once, its median, against all their bytes.
+// What the nodes of a shared disk wrote at once: the rates add up, and
+// the machine's busy time counts over the part of their windows all of
+// them share, against what they all wrote meanwhile.
 func TestCrowdOnDisk(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	// window is a node's window from and to (in ms on the machine's
+	// clock), with the machine's busy time in ms at each end.
+	window := func(rate float64, from, to int64, busyFrom, busyTo float64) control.NetResult {
+		return control.NetResult{Rate: rate, Bytes: int64(rate * float64(to-from) / 1e3),
+			WindowFrom: from * ms, WindowTo: to * ms, BusyFrom: busyFrom / 1e3, BusyTo: busyTo / 1e3}
+	}
 	tests := []struct {
 		name     string
 		results  []control.NetResult
 		rate     float64
 		cpuPerMB float64 // seconds of the machine's CPU per 10^6 bytes
+		apart    bool
 	}{
-		{"three nodes", []control.NetResult{
-			{Bytes: 100e6, Rate: 300e6, CPU: 0.30},
-			{Bytes: 200e6, Rate: 600e6, CPU: 0.90}, // one that counted late
-			{Bytes: 100e6, Rate: 300e6, CPU: 0.28},
-		}, 1200e6, 0.30 / 400},
-		{"nodes that could not time the machine", []control.NetResult{
+		// Shared: 1100-1300 ms, 200 ms; the machine was busy 0.3 s of it
+		// (from 10.5 s since boot to 10.8 s), and 1.2 GB/s wrote 240 MB.
+		{"three nodes opened apart", []control.NetResult{
+			window(300e6, 1000, 1300, 10300, 10800),
+			window(600e6, 1100, 1400, 10500, 11000), // the last to open
+			window(300e6, 1050, 1350, 10400, 10900),
+		}, 1200e6, 0.3 / 240, false},
+		{"windows that hardly overlap", []control.NetResult{
+			window(300e6, 1000, 1300, 10300, 10800),
+			window(300e6, 1250, 1550, 10600, 11000),
+		}, 600e6, 0, true},
+		{"a node that could not time the machine", []control.NetResult{
+			window(300e6, 1000, 1300, 10300, 10800),
 			{Bytes: 100e6, Rate: 300e6},
-			{Bytes: 100e6, Rate: 300e6},
-		}, 600e6, 0},
-		{"nothing written", []control.NetResult{{CPU: 0.3}}, 0, 0},
+		}, 600e6, 0, true},
+		{"nothing written", []control.NetResult{{CPU: 0.3}}, 0, 0, false},
 	}
 	for _, tt := range tests {
 		d := crowdOnDisk(tt.results)
@@ -124,6 +138,9 @@ func TestCrowdOnDisk(t *testing.T) {
 		}
 		if got := d.cpu * 1e6; math.Abs(got-tt.cpuPerMB) > 1e-12 {
 			t.Errorf("%s: %v s of CPU per MB, want %v", tt.name, got, tt.cpuPerMB)
+		}
+		if d.apart != tt.apart {
+			t.Errorf("%s: apart %v, want %v", tt.name, d.apart, tt.apart)
 		}
 	}
 }
@@ -138,16 +155,24 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 		return []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: alone, DiskWriteCPUBytesPerSec: 4e9}}, {name: "b"}}
 	}
 	machines := map[string][]*nodeState{"fast": nodes(1.4e9), "stalled": nodes(1.4e9), "unmeasured": nodes(0),
-		"dearer": nodes(1.4e9), "slow moment": nodes(1.4e9)}
+		"dearer": nodes(1.4e9), "slow moment": nodes(1.4e9), "apart": nodes(1.4e9)}
 	found := map[string]diskCrowd{"fast": {rate: 2.5e9}, "stalled": {rate: 1.0e9}, "unmeasured": {rate: 1.0e9},
-		"dearer": {rate: 2.5e9, cpu: 2.2 * 0.25e-9}, "slow moment": {rate: 2.5e9, cpu: 5.5 * 0.25e-9}}
-	doubted := doubtedDisks(found, machines, false)
+		"dearer": {rate: 2.5e9, cpu: 2.2 * 0.25e-9}, "slow moment": {rate: 2.5e9, cpu: 5.5 * 0.25e-9},
+		"apart": {rate: 2.5e9, apart: true}}
+	doubted := doubtedDisks(found, machines, planRests{})
 	if got := slices.Sorted(maps.Keys(doubted)); !slices.Equal(got, []string{"slow moment", "stalled"}) {
 		t.Fatalf("doubted %q, want the stalled disk and the one that cost the machine 5.5 times a lone writer's CPU", got)
 	}
+	// Where a machine's CPU binds the plan, a crowd that cost it 2.2
+	// times a lone writer's CPU is measured again too, and one whose
+	// windows shared too little to time the CPU.
+	doubted = doubtedDisks(found, machines, planRests{cpu: true})
+	if got := slices.Sorted(maps.Keys(doubted)); !slices.Equal(got, []string{"apart", "dearer", "slow moment", "stalled"}) {
+		t.Fatalf("doubted %q where the CPU binds, want the stalled disk, the untimed one and the two dearer than 1.5 times a lone writer", got)
+	}
 	// A disk that binds the plan rests it on one short window: all are
 	// measured again.
-	if doubted := doubtedDisks(found, machines, true); len(doubted) != len(found) {
+	if doubted := doubtedDisks(found, machines, planRests{disk: true}); len(doubted) != len(found) {
 		t.Fatalf("doubted %v where a disk binds the plan, want all", slices.Collect(maps.Keys(doubted)))
 	}
 	tests := []struct {
@@ -164,6 +189,10 @@ func TestDoubtedDiskIsMeasuredAgain(t *testing.T) {
 			diskCrowd{rate: 2.5e9, cpu: 0.3e-9, other: 2.4e9}, "at 0.30 ns of the machine's CPU a byte, 1.2× what one writer measured alone"},
 		{"the better window's CPU, the other's unknown", diskCrowd{rate: 2.5e9, cpu: 0.3e-9}, diskCrowd{rate: 2.4e9},
 			diskCrowd{rate: 2.5e9, cpu: 0.3e-9, other: 2.4e9}, "at 0.30 ns of the machine's CPU a byte"},
+		{"the worse window timed the CPU, the better's windows apart", diskCrowd{rate: 2.5e9, apart: true}, diskCrowd{rate: 2.4e9, cpu: 0.3e-9},
+			diskCrowd{rate: 2.5e9, cpu: 0.3e-9, other: 2.4e9}, "at 0.30 ns of the machine's CPU a byte"},
+		{"neither timed the CPU", diskCrowd{rate: 2.5e9, apart: true}, diskCrowd{rate: 2.4e9, apart: true},
+			diskCrowd{rate: 2.5e9, other: 2.4e9, apart: true}, "too little to time the machine's CPU: the model counts what one writer measured alone"},
 	}
 	for _, tt := range tests {
 		got := betterWindow(tt.first, tt.second)
@@ -437,8 +466,12 @@ func TestDoubtedCrowdIsMeasuredAgain(t *testing.T) {
 		"twice":       {nodes: 24, cores: 2, rate: 1.0e9, alone: alone}, // a slowdown of 2: within the doubt
 		"slow moment": {nodes: 24, cores: 2, rate: 0.6e9, alone: alone},
 	}
-	if got := slices.Sorted(maps.Keys(doubtedCrowds(crowds, machines))); !slices.Equal(got, []string{"slow moment"}) {
+	if got := slices.Sorted(maps.Keys(doubtedCrowds(crowds, machines, false))); !slices.Equal(got, []string{"slow moment"}) {
 		t.Fatalf("doubted %q, want the crowd with a slowdown of 3.3 alone", got)
+	}
+	// Where a machine's CPU binds the plan, the preview is the slowdown's.
+	if got := slices.Sorted(maps.Keys(doubtedCrowds(crowds, machines, true))); !slices.Equal(got, []string{"slow moment", "twice"}) {
+		t.Fatalf("doubted %q where the CPU binds, want the crowds with slowdowns of 2 and 3.3", got)
 	}
 	tests := []struct {
 		name          string
@@ -527,6 +560,52 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 	}
 }
 
+// The model takes the CPU a byte that a shared disk's crowd timed for
+// every node of its machine, dearer or cheaper than one writer alone,
+// and one writer's where the crowd did not time it.
+func TestNetworkTakesTheDiskCrowdsCPU(t *testing.T) {
+	pair := controlPairs(t)
+	conn := func() *control.Conn {
+		srv, _ := pair()
+		return srv
+	}
+	// A lone writer whose probe caught its disk stalling: 3.6 ns a byte.
+	lone := &capacity.Probe{Cores: 2, DiskWriteBytesPerSec: 145e6, DiskWriteCPUBytesPerSec: 279e6, MemcpyBytesPerSec: 25e9}
+	for _, tt := range []struct {
+		name string
+		cpu  float64 // what the crowd timed, s/B; 0: not timed
+		want float64 // each node's disk figure in the model, B/s per core
+	}{
+		{"the crowd cheaper", 0.3e-9, 1 / 0.3e-9},
+		{"the crowd dearer", 5e-9, 1 / 5e-9},
+		{"not timed", 0, 279e6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Server{cfg: Config{Yes: true}, probe: probe.Report{Probe: capacity.Probe{Cores: 2, MemcpyBytesPerSec: 25e9}}}
+			ready := []*nodeState{{name: "pc01", conn: conn(), probe: lone}, {name: "pc02", conn: conn()}}
+			m := s.sourceMachine(ready)
+			for _, n := range ready {
+				n.machine = m
+			}
+			figs := netFigures{disks: map[string]diskCrowd{m: {rate: 3.27e9, cpu: tt.cpu}}}
+			net, _ := s.network(ready, figs)
+			nodes := 0
+			for _, h := range net.Hosts {
+				if h.Role == capacity.RoleSource {
+					continue
+				}
+				nodes++
+				if got := h.Resources.CPU.Disk; math.Abs(got-tt.want) > 1e-9*tt.want {
+					t.Errorf("%s: disk %.4g B/s a core, want %.4g", h.Name, got, tt.want)
+				}
+			}
+			if nodes != 2 {
+				t.Fatalf("%d nodes in the network, want 2", nodes)
+			}
+		})
+	}
+}
+
 // controlPairs returns a function that connects a control connection over
 // loopback and returns the server's end and the node's; all are closed
 // when the test ends.
@@ -573,6 +652,90 @@ func TestWakeFor(t *testing.T) {
 	} {
 		if got := wakeFor(tt.ch); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A figure is measured again only while the join keeps within its budget
+// of 3 s from the last node joining, room kept for a round that runs long
+// and for the plan.
+func TestJoinHasRoom(t *testing.T) {
+	tests := []struct {
+		name         string
+		since, again time.Duration // since the last node joined; what measuring again costs
+		want         bool
+	}{
+		{"early in the join", 1500 * time.Millisecond, 800 * time.Millisecond, true},
+		{"the round would end past the budget", 2500 * time.Millisecond, 600 * time.Millisecond, false},
+		{"no room left for the plan", 2000 * time.Millisecond, 700 * time.Millisecond, false},
+		{"past the budget already", 3200 * time.Millisecond, 10 * time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		s := &Server{lastJoined: time.Now().Add(-tt.since)}
+		if got := s.joinHasRoom(tt.again); got != tt.want {
+			t.Errorf("%s: room %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if !(&Server{}).joinHasRoom(time.Second) {
+		t.Error("no node joined yet (a resumed cast): no room, want room")
+	}
+}
+
+// The machine's CPU binds a plan where it is among the constraints that
+// set its rate.
+func TestMachineCPUBinds(t *testing.T) {
+	cpu := capacity.Constraint{Kind: capacity.MachineCPULimit, Coef: 1e-8, Cap: 2}
+	link := capacity.Constraint{Kind: capacity.LinkLimit, Coef: 1, Cap: 12.5e6}
+	tests := []struct {
+		name string
+		r    capacity.Result
+		want bool
+	}{
+		{"bound by the machine's CPU", capacity.Result{Binding: []capacity.Constraint{cpu}, Constraints: []capacity.Constraint{cpu, link}}, true},
+		{"bound by a link", capacity.Result{Binding: []capacity.Constraint{link}, Constraints: []capacity.Constraint{cpu, link}}, false},
+		{"no plan", capacity.Result{}, false},
+	}
+	for _, tt := range tests {
+		if got := machineCPUBinds(tt.r); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// What a disk measured in one window only that is past the doubt is set
+// aside: the model counts what one writer measured, and the preview says
+// so.
+func TestUnconfirmedDisk(t *testing.T) {
+	lone := 0.25e-9 // one writer alone: 0.25 ns of CPU a byte, 1.4 GB/s
+	nodes := []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: 1.4e9, DiskWriteCPUBytesPerSec: 1 / lone}}, {name: "b"}}
+	tests := []struct {
+		name    string
+		rate    float64
+		cpu     float64 // times lone
+		binding planRests
+		// What the model counts: the rate (0: nothing of the crowd), and
+		// the CPU a byte counted or set aside, times lone.
+		wantRate, wantCPU, wantOnce float64
+		note                        string
+	}{
+		{"a little dearer, the CPU binding", 2.5e9, 1.4, planRests{cpu: true}, 2.5e9, 1.4, 0, ""},
+		{"dearer, the CPU binding", 2.5e9, 2.2, planRests{cpu: true}, 2.5e9, 0, 2.2,
+			"at 0.55 ns of the machine's CPU a byte, 2.2× what one writer measured alone, in one window the join had no time to measure again: the model counts the latter"},
+		{"dearer, a link binding", 2.5e9, 2.2, planRests{}, 2.5e9, 2.2, 0, ""},
+		{"far dearer, a link binding", 2.5e9, 5.5, planRests{}, 2.5e9, 0, 5.5,
+			"at 1.38 ns of the machine's CPU a byte, 5.5× what one writer measured alone"},
+		{"a stall", 110e6, 1, planRests{disk: true}, 0, 0, 0,
+			"their disk took 110.0 MB/s in all, less than one writer alone (1400.0), in one window the join had no time to measure again: the model counts what one measured alone"},
+	}
+	for _, tt := range tests {
+		found := map[string]diskCrowd{"m": {rate: tt.rate, cpu: tt.cpu * lone}}
+		notes := unconfirmed(found, map[string][]*nodeState{"m": nodes}, tt.binding)
+		want := diskCrowd{rate: tt.wantRate, cpu: tt.wantCPU * lone, once: tt.wantOnce * lone}
+		if got := found["m"]; got != want {
+			t.Errorf("%s: the model counts %+v, want %+v", tt.name, got, want)
+		}
+		if note := notes["m"]; !strings.Contains(note, tt.note) || (tt.note == "") != (note == "") {
+			t.Errorf("%s: note %q, want %q", tt.name, note, tt.note)
 		}
 	}
 }

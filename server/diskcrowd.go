@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"dolly/capacity"
@@ -48,17 +47,19 @@ func sharedDiskBinds(r capacity.Result) bool {
 }
 
 // diskCrowdSettle is how long after the order to write the window opens:
-// the orders go out one by one, and each node must be writing before any
-// counts; each node then also waits for its own write-behind to be full
-// (probe.DiskCrowd.PushFor), which also gives the others time to start.
-// diskCrowdWindow is the window: long enough that a stall of the disk (a
-// VM's host flushing, discards after a delete) weighs in it about as much
-// as in a cast. In the demo a fifth of a second measured 355-502 MB/s in
-// 3 of 16 joins, where the casts that followed wrote 1.2 GB/s; 0.3 s
-// measured 1.4-2.7 GB/s in 8 of 8 (and 0.4 s, 1.7-3.1), within what the
-// join may take (3 s for 24 nodes).
+// the orders go out one by one, and every node must be writing at the
+// disk's pace, its write-behind full, before any counts (in the demo 24
+// nodes on one disk filled theirs within 150-200 ms of the first, once
+// 530 ms); every node then counts over about the same window, the part
+// they share timed apart (see sharedWindow). diskCrowdWindow is the
+// window: long enough that a stall of the disk (a VM's host flushing,
+// discards after a delete) weighs in it about as much as in a cast. In
+// the demo a fifth of a second measured 355-502 MB/s in 3 of 16 joins,
+// where the casts that followed wrote 1.2 GB/s; 0.3 s measured 1.4-2.7
+// GB/s in 8 of 8 (and 0.4 s, 1.7-3.1), within what the join may take (3 s
+// for 24 nodes).
 const (
-	diskCrowdSettle = 50 * time.Millisecond
+	diskCrowdSettle = 300 * time.Millisecond
 	diskCrowdWindow = 300 * time.Millisecond
 )
 
@@ -120,8 +121,15 @@ func (d diskCrowd) note(nodes []*nodeState) string {
 	if d.other > 0 {
 		note += fmt.Sprintf(" (the better of two windows: the other took %s)", mbps(d.other))
 	}
-	if _, alone := loneWriter(nodes); d.cpu > alone && alone > 0 {
+	_, alone := loneWriter(nodes)
+	if d.cpu > 0 && alone > 0 {
 		note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone: the model counts the former", d.cpu*1e9, d.cpu/alone)
+	} else if d.cpu > 0 {
+		note += fmt.Sprintf(", at %.2f ns of the machine's CPU a byte", d.cpu*1e9)
+	} else if d.apart {
+		note += fmt.Sprintf("; their windows shared less than %v, too little to time the machine's CPU: the model counts what one writer measured alone", minSharedWindow)
+	} else if d.once > 0 && alone > 0 {
+		note += fmt.Sprintf("; at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone, in one window the join had no time to measure again: the model counts the latter", d.once*1e9, d.once/alone)
 	}
 	return note
 }
@@ -135,27 +143,62 @@ type diskCrowd struct {
 	// other is the rate of the other window of a disk measured twice
 	// (see doubtedDisks), which took less; 0 when there was one.
 	other float64
+	// apart says the nodes' windows shared too little to time the
+	// machine's CPU (see sharedWindow): cpu is 0.
+	apart bool
+	// once is the CPU a byte of a single window past the doubt, which
+	// the join had no time to measure again: the model counts one
+	// writer's (see unconfirmed); cpu is 0.
+	once float64
 }
 
-// crowdOnDisk sums what the nodes of one machine wrote in the window. Each
-// timed the whole machine's busy time over its own window, which are all
-// about the same: the median stands for it.
+// crowdOnDisk sums what the nodes of one machine wrote in their windows,
+// and times the machine's CPU a byte over the part of the windows all of
+// them share (see sharedWindow).
 func crowdOnDisk(results []control.NetResult) diskCrowd {
 	var d diskCrowd
-	var bytes int64
-	var busy []float64
 	for _, r := range results {
 		d.rate += r.Rate
-		bytes += r.Bytes
-		if r.CPU > 0 {
-			busy = append(busy, r.CPU)
-		}
 	}
-	if len(busy) > 0 && bytes > 0 {
-		slices.Sort(busy)
-		d.cpu = busy[len(busy)/2] / float64(bytes)
+	busy, shared := sharedWindow(results)
+	if shared >= minSharedWindow && d.rate > 0 {
+		d.cpu = busy.Seconds() / (d.rate * shared.Seconds())
+	} else if len(results) > 0 && d.rate > 0 {
+		d.apart = true
 	}
 	return d
+}
+
+// minSharedWindow is the least of their windows the nodes of a disk crowd
+// must share for the machine's CPU a byte to be timed: /proc/stat counts
+// in hundredths of a second, 20 of them a tenth on 2 cores.
+const minSharedWindow = 100 * time.Millisecond
+
+// sharedWindow is the part of the nodes' windows that all of them share
+// (0 if none, or if a node did not time its window), and the machine's
+// busy time over it: the nodes were told one by one, and each counts over
+// its own window (see probe.DiskCrowd.PushFor), tens of milliseconds
+// apart in the demo's 24. Each timed the machine's busy time at both ends
+// of its window on the machine's one clock: the latest start and the
+// earliest end bound the shared part.
+func sharedWindow(results []control.NetResult) (busy, shared time.Duration) {
+	var from, to int64
+	var busyFrom, busyTo float64
+	for i, r := range results {
+		if r.WindowTo <= r.WindowFrom || r.BusyTo <= r.BusyFrom {
+			return 0, 0
+		}
+		if i == 0 || r.WindowFrom > from {
+			from, busyFrom = r.WindowFrom, r.BusyFrom
+		}
+		if i == 0 || r.WindowTo < to {
+			to, busyTo = r.WindowTo, r.BusyTo
+		}
+	}
+	if len(results) == 0 || to <= from || busyTo <= busyFrom {
+		return 0, 0
+	}
+	return time.Duration((busyTo - busyFrom) * float64(time.Second)), time.Duration(to - from)
 }
 
 // loneWriter is what the node probing the machine of nodes measured
@@ -175,23 +218,69 @@ func loneWriter(nodes []*nodeState) (rate, cost float64) {
 	return rate, cost
 }
 
+// planRests says what of a shared machine the plan chosen with its crowds'
+// figures rests on: a shared disk, or a machine's CPU.
+type planRests struct{ disk, cpu bool }
+
 // doubtedDisks returns the machines whose shared disk is measured again:
-// all of them when one binds the plan (binding), else those that took
-// less from all their nodes at once than one writer alone, or cost the
-// machine more than diskCPUDoubt times one writer's CPU a byte. A VM
-// host's disk stalls now and then, and a window of a third of a second
-// that caught a stall holds the cast to it: in the demo 3 windows of 26
-// took 1.0-1.3 GB/s, and the casts that followed wrote 1.5. A disk that
-// seeks among its writers takes as little the second time.
-func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, binding bool) map[string][]*nodeState {
+// all of them when one binds the plan, else those that took less from all
+// their nodes at once than one writer alone, or cost the machine more than
+// diskCPUDoubt times one writer's CPU a byte (diskCPUDoubtBinding where a
+// machine's CPU binds the plan). A VM host's disk stalls now and then, and
+// a window of a third of a second that caught a stall holds the cast to
+// it: in the demo 3 windows of 26 took 1.0-1.3 GB/s, and the casts that
+// followed wrote 1.5. A disk that seeks among its writers takes as little
+// the second time.
+func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, binding planRests) map[string][]*nodeState {
+	doubt := float64(diskCPUDoubt)
+	if binding.cpu {
+		doubt = diskCPUDoubtBinding
+	}
 	doubted := map[string][]*nodeState{}
 	for m, d := range found {
 		rate, cost := loneWriter(machines[m])
-		if binding || d.rate < rate || cost > 0 && d.cpu > diskCPUDoubt*cost {
+		if binding.disk || d.rate < rate || cost > 0 && d.cpu > doubt*cost || binding.cpu && d.apart {
 			doubted[m] = machines[m]
 		}
 	}
 	return doubted
+}
+
+// unconfirmed sets aside, in found, what doubtedDisks would measure again
+// and the join has no time to: one window is too little to count.
+//   - A disk that took less from all its nodes at once than one writer
+//     alone may have stalled in its window: the model counts what one
+//     writer measured (in the demo one window took 110 MB/s, and the cast
+//     wrote 2.4 GB/s). Should the disk take that little in the cast, the
+//     live check re-plans; a plan made for a stall would not be.
+//   - A CPU a byte past the doubt: the model counts one writer's (see
+//     diskCrowd.once). In 10 demos one window of 24 writers cost 1.9-4.3
+//     times one writer's CPU a byte, and the casts then cost the machine
+//     0.61-0.84 times what the model counted (once 1.09); with one
+//     writer's figure, 18 casts came to 0.82-1.24 times.
+//
+// It returns the notes of the disks set aside, by machine.
+func unconfirmed(found map[string]diskCrowd, machines map[string][]*nodeState, binding planRests) map[string]string {
+	doubt := float64(diskCPUDoubt)
+	if binding.cpu {
+		doubt = diskCPUDoubtBinding
+	}
+	notes := map[string]string{}
+	for m, d := range found {
+		nodes := machines[m]
+		rate, cost := loneWriter(nodes)
+		if d.rate < rate {
+			delete(found, m)
+			notes[m] = fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, less than one writer alone (%s), in one window the join had no time to measure again: the model counts what one measured alone", plural(len(nodes), "node"), mbps(d.rate), mbps(rate))
+			continue
+		}
+		if cost > 0 && d.cpu > doubt*cost {
+			d.once, d.cpu = d.cpu, 0
+			found[m] = d
+			notes[m] = d.note(nodes)
+		}
+	}
+	return notes
 }
 
 // diskCPUDoubt is how many times one writer's CPU a byte a disk's crowd
@@ -199,8 +288,12 @@ func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, 
 // whole machine's busy time over its window, a moment the machine runs
 // slow included. Over about 25 crowds in the lab and the demo it cost at
 // most 2.7 times, and once 5.5, in a demo whose cast ran at twice the
-// preview's rate.
-const diskCPUDoubt = 3
+// preview's rate. Where the machine's CPU binds the plan, the preview
+// rests on the figure: past diskCPUDoubtBinding it is measured again. In
+// 8 demos the first window of 24 writers cost 1.9-2.5 times one writer
+// in 5, and the casts then wrote at 0.7-0.8 times that cost; every second
+// window cost 1.2-1.3 times.
+const diskCPUDoubt, diskCPUDoubtBinding = 3, 1.5
 
 // betterWindow is what the model takes of a disk measured twice: the
 // better window's rate, with what the other took, and the lower of the
@@ -214,6 +307,7 @@ func betterWindow(first, second diskCrowd) diskCrowd {
 	if worse.cpu > 0 && (better.cpu <= 0 || worse.cpu < better.cpu) {
 		better.cpu = worse.cpu
 	}
+	better.apart = better.cpu <= 0 && (better.apart || worse.apart)
 	return better
 }
 

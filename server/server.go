@@ -416,13 +416,13 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		}
 		var crowdNotes []string
 		t := time.Now()
-		binds := func(crowds map[string]crowd, disks map[string]diskCrowd) bool {
+		plan := func(crowds map[string]crowd, disks map[string]diskCrowd) capacity.Result {
 			f := figs
 			f.crowds, f.disks = crowds, disks
-			return s.cfg.measureDisks || sharedDiskBinds(s.choose(ctx, ready, f).Result)
+			return s.choose(ctx, ready, f).Result
 		}
 		var shared sharedFigures
-		shared, crowdNotes = s.measureShared(ctx, ready, disks, s.nodesMayDecode(), binds)
+		shared, crowdNotes = s.measureShared(ctx, ready, disks, s.nodesMayDecode(), plan)
 		figs.crowds, figs.disks, figs.decoders = shared.crowds, shared.disks, shared.decoders
 		if len(crowdNotes) > 0 { // measured something
 			sum.JoinParts.Shared = time.Since(t)

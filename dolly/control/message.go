@@ -368,6 +368,16 @@ type NetResult struct {
 	// the window, all cores and kernel threads: what the writes of every
 	// node on it cost; for a decoders' crowd, the decoding thread's own.
 	CPU float64 `json:"cpu,omitempty"`
+	// WindowFrom and WindowTo bound a disk crowd's window on the node's
+	// machine's clock (Unix nanoseconds), and BusyFrom and BusyTo are the
+	// machine's busy time since boot at each, in seconds. The nodes of one
+	// machine open their windows apart (each once its own write-behind is
+	// full); over the part all of them share, every node is writing at
+	// the disk's pace.
+	WindowFrom int64   `json:"window_from,omitempty"`
+	WindowTo   int64   `json:"window_to,omitempty"`
+	BusyFrom   float64 `json:"busy_from,omitempty"`
+	BusyTo     float64 `json:"busy_to,omitempty"`
 	// MachineCPU is, for a bandwidth probe, the whole machine's busy time
 	// in seconds over the same span (all cores, kernel threads included):
 	// the softirqs and qdisc timers that move a stream through a shaped

@@ -134,8 +134,15 @@ func (n *node) crowdProbe(ctx context.Context, set control.CrowdProbe, push <-ch
 			return
 		}
 		res := control.NetResult{ID: id, Bytes: bytes, Rate: float64(bytes) / took.Seconds()}
-		if w, ok := c.(interface{ WindowCPU() time.Duration }); ok {
-			res.CPU = w.WindowCPU().Seconds()
+		switch c := c.(type) {
+		case *probe.DiskCrowd:
+			if w := c.Window(); w.BusyTo > w.BusyFrom {
+				res.CPU = (w.BusyTo - w.BusyFrom).Seconds()
+				res.WindowFrom, res.WindowTo = w.From.UnixNano(), w.To.UnixNano()
+				res.BusyFrom, res.BusyTo = w.BusyFrom.Seconds(), w.BusyTo.Seconds()
+			}
+		case interface{ WindowCPU() time.Duration }:
+			res.CPU = c.WindowCPU().Seconds()
 		}
 		if !set.Disk {
 			// Spent: closed and its memory handed back before the result,

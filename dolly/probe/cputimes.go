@@ -16,3 +16,13 @@ func (t CPUTimes) Sub(b CPUTimes) CPUTimes {
 
 // Total is all of the CPUs' time.
 func (t CPUTimes) Total() time.Duration { return t.Busy + t.Steal + t.Idle }
+
+// A MachineSpan is a stretch of time on this machine's clock, with the
+// machine's busy time since boot (see MachineCPU) at each end. Spans that
+// nodes of one machine timed on its one clock compare with each other:
+// the machine's cost over the part they share is the busy time between
+// the latest start and the earliest end.
+type MachineSpan struct {
+	From, To         time.Time
+	BusyFrom, BusyTo time.Duration
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,19 +37,9 @@ type DiskCrowd struct {
 	// any; next is where in it the next push starts.
 	fresh, next int64
 	onDisk      atomic.Int64
-	// steady is closed once the writer has written as much as its
-	// write-behind holds (through the page cache; at its first write
-	// with O_DIRECT): from then on it writes at the pace the disk
-	// takes, as a cast's writer does.
-	steady     chan struct{}
-	steadyOnce sync.Once
-	// windowCPU is the machine's busy time over PushFor's window.
-	windowCPU time.Duration
+	// window is PushFor's window, on this machine's clock.
+	window MachineSpan
 }
-
-// maxSteadyWait bounds how long after settle PushFor waits for the writer
-// to be steady before it counts anyway.
-const maxSteadyWait = 600 * time.Millisecond
 
 // diskCrowdRegion is what a disk crowd rewrites, per node, and holds in
 // memory; diskCrowdLag is what it may have on its way to the disk through
@@ -117,20 +106,20 @@ func StartDiskCrowd(path string, buffered bool, mem []byte) (_ *DiskCrowd, err e
 	return c, nil
 }
 
-// PushFor writes without a pause and counts what reaches the disk over
-// window, from settle on (the time the other nodes of the machine take to
-// start writing too) and once this node has written what its write-behind
-// holds. Before that, the writes may fill the page cache faster than the
-// disk empties it,
-// and the machine's CPU would be counted against the few bytes on the
-// disk: 24 nodes on one disk of 1.4 GB/s need a quarter of a second to
-// fill theirs. It returns the bytes counted and the time they took, once
-// all it wrote is on the disk.
+// PushFor writes without a pause, and counts what reaches the disk over
+// window from settle on: the time every node of the machine takes to fill
+// its write-behind, writing to the page cache faster than the disk
+// empties it, at the cost of copies few bytes on the disk show (24 nodes
+// on one disk of 1.4 GB/s need a quarter of a second to fill theirs).
+// Every node of the machine, told at about the same moment, counts over
+// about the same window: one that waited for its own write-behind to
+// fill opened its window up to half a second after another's, and each
+// counted a disk shared among fewer writers. It returns the bytes
+// counted and the time they took, once all it wrote is on the disk.
 //
-// It may be called again: each push starts with an empty write-behind, and
-// counts once that is full again.
+// It may be called again: each push starts with an empty write-behind.
 func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration, error) {
-	c.steady, c.steadyOnce, c.windowCPU = make(chan struct{}), sync.Once{}, 0
+	c.window = MachineSpan{}
 	var stop atomic.Bool
 	wrote := make(chan error, 1)
 	go func() { wrote <- c.write(&stop) }()
@@ -143,21 +132,16 @@ func (c *DiskCrowd) PushFor(settle, window time.Duration) (int64, time.Duration,
 		return 0, 0, err
 	case <-time.After(settle):
 	}
-	select {
-	case err := <-wrote:
-		return 0, 0, err
-	case <-c.steady:
-	case <-time.After(maxSteadyWait):
-	}
 	d0, t0, m0 := c.onDisk.Load(), time.Now(), MachineCPU()
 	select {
 	case err := <-wrote:
 		return 0, 0, err
 	case <-time.After(window):
 	}
-	d1, took, m1 := c.onDisk.Load(), time.Since(t0), MachineCPU()
+	d1, t1, m1 := c.onDisk.Load(), time.Now(), MachineCPU()
+	took := t1.Sub(t0)
 	if m0 > 0 && m1 > m0 {
-		c.windowCPU = m1 - m0
+		c.window = MachineSpan{From: t0, To: t1, BusyFrom: m0, BusyTo: m1}
 	}
 	if err := halt(); err != nil {
 		return 0, 0, err
@@ -209,12 +193,13 @@ func holeIn(fd int, size int64) (start, length int64) {
 	return 0, 0
 }
 
-// WindowCPU is the whole machine's busy time over PushFor's window, all
-// cores and kernel threads (writeback, a loop device's worker): with every
-// node of the machine writing, what their writes cost it; 0 if unknown.
-// One writer's probe times its own writes on an idle machine, and 24
-// writers to files on one disk cost it twice as much per byte.
-func (c *DiskCrowd) WindowCPU() time.Duration { return c.windowCPU }
+// Window is PushFor's window on this machine's clock, with the whole
+// machine's busy time at each end, all cores and kernel threads
+// (writeback, a loop device's worker): with every node of the machine
+// writing, what their writes cost it; zero if unknown. One writer's probe
+// times its own writes on an idle machine, and 24 writers to files on one
+// disk may cost it more per byte.
+func (c *DiskCrowd) Window() MachineSpan { return c.window }
 
 // write rewrites the region, block by block and round and round, until
 // told to stop. Through the page cache each block is handed to the disk as
@@ -261,7 +246,6 @@ func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 		region, off = c.fresh, c.next
 		defer func() { c.next = off }()
 	}
-	var wrote int64
 	for ; !stop.Load(); off = (off + probeBlock) % region {
 		block := c.buf[:probeBlock]
 		if !fresh {
@@ -272,14 +256,10 @@ func (c *DiskCrowd) rewrite(stop *atomic.Bool, flight chan<- int64) error {
 		}
 		if flight == nil {
 			c.onDisk.Add(probeBlock)
-			c.steadyOnce.Do(func() { close(c.steady) })
 			continue
 		}
 		if err := unix.SyncFileRange(fd, c.start+off, probeBlock, unix.SYNC_FILE_RANGE_WRITE); err != nil {
 			return fmt.Errorf("writing %s: %w", c.out.Name(), err)
-		}
-		if wrote += probeBlock; wrote >= diskCrowdLag {
-			c.steadyOnce.Do(func() { close(c.steady) })
 		}
 		flight <- c.start + off
 	}

@@ -76,16 +76,14 @@ func TestDiskCrowdWritesWithoutChangingTheTarget(t *testing.T) {
 				if n <= 0 || took < window {
 					t.Fatalf("push %d: counted %d bytes on the disk in %v, want some in at least %v", push, n, took, window)
 				}
-				// It counted from where the writer kept pace with the disk,
-				// not while it was filling its write-behind.
-				select {
-				case <-c.steady:
-				default:
-					t.Errorf("push %d: the window opened before the writer was steady", push)
-				}
-				// The machine was busy writing: its time over the window shows.
-				if cpu := c.WindowCPU(); cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
+				// The machine was busy writing: its time over the window shows,
+				// and the window is the one PushFor counted over.
+				w := c.Window()
+				if cpu := w.BusyTo - w.BusyFrom; cpu <= 0 || cpu > time.Duration(runtime.NumCPU())*2*took {
 					t.Errorf("push %d: the machine's busy time over the window: %v, want some, at most every core's for %v", push, cpu, took)
+				}
+				if span := w.To.Sub(w.From); span != took {
+					t.Errorf("push %d: the window spans %v, counted over %v", push, span, took)
 				}
 			}
 			c.Close()

@@ -54,7 +54,7 @@ func (*DiskCrowd) PushFor(time.Duration, time.Duration) (int64, time.Duration, e
 
 func (*DiskCrowd) Close() {}
 
-// WindowCPU is unknown here.
-func (*DiskCrowd) WindowCPU() time.Duration { return 0 }
+// Window is unknown here.
+func (*DiskCrowd) Window() MachineSpan { return MachineSpan{} }
 
 func zeroesByWriting(string, string) bool { return false }
