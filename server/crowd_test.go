@@ -561,8 +561,9 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 }
 
 // The model takes the CPU a byte that a shared disk's crowd timed for
-// every node of its machine, dearer or cheaper than one writer alone,
-// and one writer's where the crowd did not time it.
+// every node of its machine where it is dearer than one writer alone, or
+// so much cheaper that the one writer's probe was disturbed; else, and
+// where the crowd did not time it, the one writer's.
 func TestNetworkTakesTheDiskCrowdsCPU(t *testing.T) {
 	pair := controlPairs(t)
 	conn := func() *control.Conn {
@@ -576,8 +577,9 @@ func TestNetworkTakesTheDiskCrowdsCPU(t *testing.T) {
 		cpu  float64 // what the crowd timed, s/B; 0: not timed
 		want float64 // each node's disk figure in the model, B/s per core
 	}{
-		{"the crowd cheaper", 0.3e-9, 1 / 0.3e-9},
+		{"the crowd far cheaper: the lone probe disturbed", 0.3e-9, 1 / 0.3e-9},
 		{"the crowd dearer", 5e-9, 1 / 5e-9},
+		{"the crowd a little cheaper", 3e-9, 279e6},
 		{"not timed", 0, 279e6},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -736,6 +738,26 @@ func TestUnconfirmedDisk(t *testing.T) {
 		}
 		if note := notes["m"]; !strings.Contains(note, tt.note) || (tt.note == "") != (note == "") {
 			t.Errorf("%s: note %q, want %q", tt.name, note, tt.note)
+		}
+	}
+}
+
+// The preview says which CPU a byte the model counts for a shared disk:
+// the crowd's where dearer than one writer's or so much cheaper that the
+// writer's probe was disturbed, else the writer's.
+func TestDiskCrowdNoteSaysWhichCPUCounts(t *testing.T) {
+	lone := 0.25e-9
+	nodes := []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: 1.4e9, DiskWriteCPUBytesPerSec: 1 / lone}}, {name: "b"}}
+	for _, tt := range []struct {
+		times float64 // the crowd's CPU a byte, times lone
+		want  string
+	}{
+		{1.4, "1.4× what one writer measured alone: the model counts the former"},
+		{0.8, "0.8× what one writer measured alone: the model counts the latter"},
+		{0.1, "0.1× what one writer measured alone: that writer's probe was disturbed, and the model counts the former"},
+	} {
+		if note := (diskCrowd{rate: 2.5e9, cpu: tt.times * lone}).note(nodes); !strings.Contains(note, tt.want) {
+			t.Errorf("%.1f× one writer: note %q, want it to say %q", tt.times, note, tt.want)
 		}
 	}
 }

@@ -180,12 +180,10 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 		}
 		p := probeFor(n.name, own)
 		// What a byte written cost the machine with all its nodes writing
-		// (see diskCrowd), where that was timed: what the cast's writers
-		// cost it, more or less than one writer alone (whose probe a
-		// moment of the disk's may have disturbed: in one demo it cost
-		// 3.6 ns a byte, and 24 writers at once 0.3).
-		if c := figs.disks[n.machine].cpu; c > 0 {
-			p.DiskWriteCPUBytesPerSec = 1 / c
+		// (see diskCrowd), where that was timed and is dearer than one
+		// writer alone, or far cheaper (see diskCrowd.counted).
+		if c := figs.disks[n.machine]; c.counted(p.DiskWriteCPUBytesPerSec) {
+			p.DiskWriteCPUBytesPerSec = 1 / c.cpu
 		}
 		if !n.loopback() {
 			withMeasuredLink(&p, figs.link(n.name))
