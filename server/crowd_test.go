@@ -506,11 +506,6 @@ func TestDoubtedCrowdIsMeasuredAgain(t *testing.T) {
 // nodes' probes merged with the source's on the same machine first, whose
 // stream figure replaces a disturbed one.
 func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
-	pair := controlPairs(t)
-	conn := func() *control.Conn {
-		srv, _ := pair()
-		return srv
-	}
 	// A demo's lone probe whose loopback stream ran at a twentieth of its
 	// usual rate, beside the source's good stream figure.
 	lone := &capacity.Probe{Cores: 2, RelayBytesPerSec: 260e6, NetStreamBytesPerSec: 437e6, MemcpyBytesPerSec: 25e9}
@@ -529,29 +524,17 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Server{cfg: Config{Yes: true}, probe: probe.Report{Probe: src}}
-			ready := []*nodeState{{name: "pc01", conn: conn(), probe: lone}, {name: "pc02", conn: conn()}}
-			m := s.sourceMachine(ready)
-			for _, n := range ready {
-				n.machine = m
-			}
+			ready := onTheSourcesMachine(t, s, lone)
 			var figs netFigures
 			if tt.rate > 0 {
-				figs.crowds = map[string]crowd{m: {nodes: 2, cores: 2, rate: tt.rate, alone: probe.PathCost(*lone)}}
+				figs.crowds = map[string]crowd{ready[0].machine: {nodes: 2, cores: 2, rate: tt.rate, alone: probe.PathCost(*lone)}}
 			}
 			net, _ := s.network(ready, figs)
-			nodes := 0
-			for _, h := range net.Hosts {
-				if h.Role == capacity.RoleSource {
-					continue
-				}
-				nodes++
+			for _, h := range nodeHosts(t, net, len(ready)) {
 				cpu := h.Resources.CPU
 				if got := 1/cpu.Relay + 2/cpu.Net + 1/cpu.Copy; math.Abs(got-tt.want) > 1e-6*tt.want {
 					t.Errorf("%s: path %.4g s/B, want %.4g", h.Name, got, tt.want)
 				}
-			}
-			if nodes != 2 {
-				t.Fatalf("%d nodes in the network, want 2", nodes)
 			}
 			if src := net.Hosts[0].Resources.CPU; src.Relay != 0 || src.Net != 7.9e9 {
 				t.Errorf("the source's figures changed: relay %.4g, stream %.4g", src.Relay, src.Net)
@@ -565,11 +548,6 @@ func TestNetworkTakesTheCrowdsPathForADisturbedProbe(t *testing.T) {
 // so much cheaper that the one writer's probe was disturbed; else, and
 // where the crowd did not time it, the one writer's.
 func TestNetworkTakesTheDiskCrowdsCPU(t *testing.T) {
-	pair := controlPairs(t)
-	conn := func() *control.Conn {
-		srv, _ := pair()
-		return srv
-	}
 	// A lone writer whose probe caught its disk stalling: 3.6 ns a byte.
 	lone := &capacity.Probe{Cores: 2, DiskWriteBytesPerSec: 145e6, DiskWriteCPUBytesPerSec: 279e6, MemcpyBytesPerSec: 25e9}
 	for _, tt := range []struct {
@@ -584,28 +562,48 @@ func TestNetworkTakesTheDiskCrowdsCPU(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Server{cfg: Config{Yes: true}, probe: probe.Report{Probe: capacity.Probe{Cores: 2, MemcpyBytesPerSec: 25e9}}}
-			ready := []*nodeState{{name: "pc01", conn: conn(), probe: lone}, {name: "pc02", conn: conn()}}
-			m := s.sourceMachine(ready)
-			for _, n := range ready {
-				n.machine = m
-			}
-			figs := netFigures{disks: map[string]diskCrowd{m: {rate: 3.27e9, cpu: tt.cpu}}}
+			ready := onTheSourcesMachine(t, s, lone)
+			figs := netFigures{disks: map[string]diskCrowd{ready[0].machine: {rate: 3.27e9, cpu: tt.cpu}}}
 			net, _ := s.network(ready, figs)
-			nodes := 0
-			for _, h := range net.Hosts {
-				if h.Role == capacity.RoleSource {
-					continue
-				}
-				nodes++
+			for _, h := range nodeHosts(t, net, len(ready)) {
 				if got := h.Resources.CPU.Disk; math.Abs(got-tt.want) > 1e-9*tt.want {
 					t.Errorf("%s: disk %.4g B/s a core, want %.4g", h.Name, got, tt.want)
 				}
 			}
-			if nodes != 2 {
-				t.Fatalf("%d nodes in the network, want 2", nodes)
-			}
 		})
 	}
+}
+
+// onTheSourcesMachine returns two nodes on s's own machine, connected over
+// loopback, the first of which measured it (lone).
+func onTheSourcesMachine(t *testing.T, s *Server, lone *capacity.Probe) []*nodeState {
+	pair := controlPairs(t)
+	conn := func() *control.Conn {
+		srv, _ := pair()
+		return srv
+	}
+	ready := []*nodeState{{name: "pc01", conn: conn(), probe: lone}, {name: "pc02", conn: conn()}}
+	m := s.sourceMachine(ready)
+	for _, n := range ready {
+		n.machine = m
+	}
+	return ready
+}
+
+// nodeHosts returns the hosts of net other than the source, of which
+// there must be want.
+func nodeHosts(t *testing.T, net capacity.Network, want int) []capacity.Host {
+	t.Helper()
+	var nodes []capacity.Host
+	for _, h := range net.Hosts {
+		if h.Role != capacity.RoleSource {
+			nodes = append(nodes, h)
+		}
+	}
+	if len(nodes) != want {
+		t.Fatalf("%d nodes in the network, want %d", len(nodes), want)
+	}
+	return nodes
 }
 
 // controlPairs returns a function that connects a control connection over
