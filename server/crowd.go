@@ -317,9 +317,13 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 	pushed := s.crowdRound(ctx, crowdAsk{cpuGoing, push(cpuIDs)})[0]
 	crowds := pathCrowds(pushed, cpuGoing, alone, &notes)
 	s.log.Debug("crowd pushed", "took", time.Since(pushedAt))
-	// Measured again, a relay's path is set up anew, then pushed.
+	// Measured again, a relay's path is set up anew, then pushed, and the
+	// disks' round still follows.
 	again := time.Since(pushedAt) + preparing
-	if doubted := doubtedCrowds(crowds, cpuGoing, len(crowds) > 0 && machineCPUBinds(plan(crowds, nil))); len(doubted) > 0 && s.joinHasRoom(again) {
+	if len(diskGoing) > 0 {
+		again += diskCrowdSettle + diskCrowdWindow
+	}
+	if doubted := doubtedCrowds(crowds, cpuGoing, mayDoubt(crowds) && machineCPUBinds(plan(crowds, nil))); len(doubted) > 0 && s.joinHasRoom(again) {
 		// A relay's path is pushed once: set up anew. Where the second
 		// time fails, the first window stands.
 		againIDs := map[*nodeState]uint64{}
@@ -360,10 +364,22 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 		binding = planRests{disk: s.cfg.measureDisks || sharedDiskBinds(r), cpu: machineCPUBinds(r)}
 	}
 	if doubted := doubtedDisks(found, diskGoing, binding); len(doubted) > 0 && s.joinHasRoom(time.Since(wroteAt)) {
-		for m, d := range s.measureDisksAgain(ctx, doubted, diskIDs) {
-			d = betterWindow(found[m], d)
-			found[m], diskNotes[m] = d, d.note(doubted[m])
+		again := s.measureDisksAgain(ctx, doubted, diskIDs)
+		failed, timedOnce := map[string][]*nodeState{}, map[string][]*nodeState{}
+		for m, nodes := range doubted {
+			second, ok := again[m]
+			if !ok { // the first window stands alone
+				failed[m] = nodes
+				continue
+			}
+			if found[m].cpu <= 0 || second.cpu <= 0 {
+				timedOnce[m] = nodes
+			}
+			d := betterWindow(found[m], second)
+			found[m], diskNotes[m] = d, d.note(nodes)
 		}
+		maps.Copy(diskNotes, unconfirmed(found, failed, binding))
+		maps.Copy(diskNotes, unconfirmedCPU(found, timedOnce, binding))
 	} else if len(doubted) > 0 {
 		maps.Copy(diskNotes, unconfirmed(found, doubted, binding))
 	}
@@ -372,6 +388,17 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 	}
 	slices.Sort(notes)
 	return sharedFigures{crowds: crowds, disks: found, decoders: decoders}, notes
+}
+
+// mayDoubt says whether a crowd's slowdown is past crowdDoubtBinding,
+// where whether a machine's CPU binds the plan decides its doubt.
+func mayDoubt(crowds map[string]crowd) bool {
+	for _, c := range crowds {
+		if c.slowdown() > crowdDoubtBinding {
+			return true
+		}
+	}
+	return false
 }
 
 // machineCPUBinds says whether the CPU of a machine that hosts share binds

@@ -125,10 +125,14 @@ func TestCrowdOnDisk(t *testing.T) {
 			window(300e6, 1000, 1300, 10300, 10800),
 			window(300e6, 1250, 1550, 10600, 11000),
 		}, 600e6, 0, true},
+		{"windows apart", []control.NetResult{
+			window(300e6, 1000, 1300, 10300, 10800),
+			window(300e6, 1400, 1700, 10900, 11300),
+		}, 600e6, 0, true},
 		{"a node that could not time the machine", []control.NetResult{
 			window(300e6, 1000, 1300, 10300, 10800),
 			{Bytes: 100e6, Rate: 300e6},
-		}, 600e6, 0, true},
+		}, 600e6, 0, false},
 		{"nothing written", []control.NetResult{{CPU: 0.3}}, 0, 0, false},
 	}
 	for _, tt := range tests {
@@ -720,12 +724,12 @@ func TestUnconfirmedDisk(t *testing.T) {
 	}{
 		{"a little dearer, the CPU binding", 2.5e9, 1.4, planRests{cpu: true}, 2.5e9, 1.4, 0, ""},
 		{"dearer, the CPU binding", 2.5e9, 2.2, planRests{cpu: true}, 2.5e9, 0, 2.2,
-			"at 0.55 ns of the machine's CPU a byte, 2.2× what one writer measured alone, in one window the join had no time to measure again: the model counts the latter"},
+			"at 0.55 ns of the machine's CPU a byte, 2.2× what one writer measured alone, timed in one window only: the model counts the latter"},
 		{"dearer, a link binding", 2.5e9, 2.2, planRests{}, 2.5e9, 2.2, 0, ""},
 		{"far dearer, a link binding", 2.5e9, 5.5, planRests{}, 2.5e9, 0, 5.5,
 			"at 1.38 ns of the machine's CPU a byte, 5.5× what one writer measured alone"},
 		{"a stall", 110e6, 1, planRests{disk: true}, 0, 0, 0,
-			"their disk took 110.0 MB/s in all, less than one writer alone (1400.0), in one window the join had no time to measure again: the model counts what one measured alone"},
+			"their disk took 110.0 MB/s in all, less than one writer alone (1400.0 MB/s), in one window the join had no time to measure again: the model counts what one measured alone"},
 	}
 	for _, tt := range tests {
 		found := map[string]diskCrowd{"m": {rate: tt.rate, cpu: tt.cpu * lone}}
@@ -757,5 +761,24 @@ func TestDiskCrowdNoteSaysWhichCPUCounts(t *testing.T) {
 		if note := (diskCrowd{rate: 2.5e9, cpu: tt.times * lone}).note(nodes); !strings.Contains(note, tt.want) {
 			t.Errorf("%.1f× one writer: note %q, want it to say %q", tt.times, note, tt.want)
 		}
+	}
+}
+
+// A disk measured twice keeps the rate its windows agree on, slow as it
+// is; a CPU a byte past the doubt that only one of them timed is set
+// aside all the same.
+func TestUnconfirmedCPUKeepsTheRate(t *testing.T) {
+	lone := 0.25e-9
+	nodes := []*nodeState{{name: "a", probe: &capacity.Probe{DiskWriteBytesPerSec: 1.4e9, DiskWriteCPUBytesPerSec: 1 / lone}}, {name: "b"}}
+	found := map[string]diskCrowd{"seeks": {rate: 300e6, cpu: 5.5 * lone, other: 280e6}, "not doubted": {rate: 300e6, cpu: 5.5 * lone}}
+	notes := unconfirmedCPU(found, map[string][]*nodeState{"seeks": nodes}, planRests{})
+	if got, want := found["seeks"], (diskCrowd{rate: 300e6, other: 280e6, once: 5.5 * lone}); got != want {
+		t.Errorf("the model counts %+v, want %+v", got, want)
+	}
+	if got := found["not doubted"]; got.cpu != 5.5*lone {
+		t.Errorf("a machine not doubted changed: %+v", got)
+	}
+	if !strings.Contains(notes["seeks"], "timed in one window only") || len(notes) != 1 {
+		t.Errorf("notes %q, want one for the disk set aside", notes)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"dolly/capacity"
@@ -137,7 +138,7 @@ func (d diskCrowd) note(nodes []*nodeState) string {
 	} else if d.apart {
 		note += fmt.Sprintf("; their windows shared less than %v, too little to time the machine's CPU: the model counts what one writer measured alone", minSharedWindow)
 	} else if d.once > 0 && alone > 0 {
-		note += fmt.Sprintf("; at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone, in one window the join had no time to measure again: the model counts the latter", d.once*1e9, d.once/alone)
+		note += fmt.Sprintf("; at %.2f ns of the machine's CPU a byte, %.1f× what one writer measured alone, timed in one window only: the model counts the latter", d.once*1e9, d.once/alone)
 	}
 	return note
 }
@@ -154,9 +155,10 @@ type diskCrowd struct {
 	// apart says the nodes' windows shared too little to time the
 	// machine's CPU (see sharedWindow): cpu is 0.
 	apart bool
-	// once is the CPU a byte of a single window past the doubt, which
-	// the join had no time to measure again: the model counts one
-	// writer's (see unconfirmed); cpu is 0.
+	// once is a CPU a byte past the doubt that one window only timed
+	// (the join had no time to measure it again, or the other window did
+	// not time it): the model counts one writer's (see unconfirmedCPU);
+	// cpu is 0.
 	once float64
 }
 
@@ -186,10 +188,10 @@ func crowdOnDisk(results []control.NetResult) diskCrowd {
 	for _, r := range results {
 		d.rate += r.Rate
 	}
-	busy, shared := sharedWindow(results)
+	busy, shared, timed := sharedWindow(results)
 	if shared >= minSharedWindow && d.rate > 0 {
 		d.cpu = busy.Seconds() / (d.rate * shared.Seconds())
-	} else if len(results) > 0 && d.rate > 0 {
+	} else if timed && d.rate > 0 {
 		d.apart = true
 	}
 	return d
@@ -207,12 +209,13 @@ const minSharedWindow = 100 * time.Millisecond
 // apart in the demo's 24. Each timed the machine's busy time at both ends
 // of its window on the machine's one clock: the latest start and the
 // earliest end bound the shared part.
-func sharedWindow(results []control.NetResult) (busy, shared time.Duration) {
+// timed says every node timed its window.
+func sharedWindow(results []control.NetResult) (busy, shared time.Duration, timed bool) {
 	var from, to int64
 	var busyFrom, busyTo float64
 	for i, r := range results {
 		if r.WindowTo <= r.WindowFrom || r.BusyTo <= r.BusyFrom {
-			return 0, 0
+			return 0, 0, false
 		}
 		if i == 0 || r.WindowFrom > from {
 			from, busyFrom = r.WindowFrom, r.BusyFrom
@@ -221,10 +224,13 @@ func sharedWindow(results []control.NetResult) (busy, shared time.Duration) {
 			to, busyTo = r.WindowTo, r.BusyTo
 		}
 	}
-	if len(results) == 0 || to <= from || busyTo <= busyFrom {
-		return 0, 0
+	if len(results) == 0 {
+		return 0, 0, false
 	}
-	return time.Duration((busyTo - busyFrom) * float64(time.Second)), time.Duration(to - from)
+	if to <= from || busyTo <= busyFrom {
+		return 0, 0, true
+	}
+	return time.Duration((busyTo - busyFrom) * float64(time.Second)), time.Duration(to - from), true
 }
 
 // loneWriter is what the node probing the machine of nodes measured
@@ -287,20 +293,30 @@ func doubtedDisks(found map[string]diskCrowd, machines map[string][]*nodeState, 
 //
 // It returns the notes of the disks set aside, by machine.
 func unconfirmed(found map[string]diskCrowd, machines map[string][]*nodeState, binding planRests) map[string]string {
+	notes := map[string]string{}
+	for m, d := range found {
+		nodes := machines[m]
+		if rate, _ := loneWriter(nodes); d.rate < rate {
+			delete(found, m)
+			notes[m] = fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, less than one writer alone (%s MB/s), in one window the join had no time to measure again: the model counts what one measured alone", plural(len(nodes), "node"), mbps(d.rate), mbps(rate))
+		}
+	}
+	maps.Copy(notes, unconfirmedCPU(found, machines, binding))
+	return notes
+}
+
+// unconfirmedCPU sets aside, in found, the CPU a byte of the machines'
+// disks that is past the doubt and was timed in one window only (see
+// unconfirmed), and returns their notes, by machine.
+func unconfirmedCPU(found map[string]diskCrowd, machines map[string][]*nodeState, binding planRests) map[string]string {
 	doubt := float64(diskCPUDoubt)
 	if binding.cpu {
 		doubt = diskCPUDoubtBinding
 	}
 	notes := map[string]string{}
-	for m, d := range found {
-		nodes := machines[m]
-		rate, cost := loneWriter(nodes)
-		if d.rate < rate {
-			delete(found, m)
-			notes[m] = fmt.Sprintf("%s on one machine wrote their targets at once: their disk took %s MB/s in all, less than one writer alone (%s), in one window the join had no time to measure again: the model counts what one measured alone", plural(len(nodes), "node"), mbps(d.rate), mbps(rate))
-			continue
-		}
-		if cost > 0 && d.cpu > doubt*cost {
+	for m, nodes := range machines {
+		d, ok := found[m]
+		if _, cost := loneWriter(nodes); ok && cost > 0 && d.cpu > doubt*cost {
 			d.once, d.cpu = d.cpu, 0
 			found[m] = d
 			notes[m] = d.note(nodes)

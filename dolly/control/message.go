@@ -371,9 +371,8 @@ type NetResult struct {
 	// WindowFrom and WindowTo bound a disk crowd's window on the node's
 	// machine's clock (Unix nanoseconds), and BusyFrom and BusyTo are the
 	// machine's busy time since boot at each, in seconds. The nodes of one
-	// machine open their windows apart (each once its own write-behind is
-	// full); over the part all of them share, every node is writing at
-	// the disk's pace.
+	// machine, told one by one, open their windows a little apart; the
+	// server times the machine's CPU over the part all of them share.
 	WindowFrom int64   `json:"window_from,omitempty"`
 	WindowTo   int64   `json:"window_to,omitempty"`
 	BusyFrom   float64 `json:"busy_from,omitempty"`
