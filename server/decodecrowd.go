@@ -22,10 +22,15 @@ import (
 // decode the standard sample at once just before the plan (as many as
 // take turns on each core, see decodersPerCore), each timed by its
 // thread's clock; their bytes over their CPU time is the machine's
-// decoding rate per core in a crowd, which the model counts for all its
-// nodes in place of the lone node's. Over the 45 joins of a full make
+// decoding rate per core in a crowd. Over the 45 joins of a full make
 // bench (4 to 24 nodes) it came to 0.56-1.32 times the lone figure, 0.9
-// times at the median.
+// times at the median. Yet a short window is a moment of the machine
+// too: over 17 casts of the zstd chain of 8 at 1 Gbit/s, where the crowd
+// counted alone, it read 0.59-1.71 times the lone figure; the casts where
+// it read below 0.8 ran 16% faster than their previews on average, those
+// where it read above 1.15 ran 7% slower. So the model counts the mean of
+// the two costs a byte (decodeCrowd.counted): two measurements of one
+// thing, a few seconds apart.
 
 // decodeCrowdSettle is how long after the order to decode the window
 // opens, for every decoding thread to have run; decodeCrowdWindow is the
@@ -93,19 +98,30 @@ func decodeCrowds(pushed crowdAnswers, machines map[string][]*nodeState, alone m
 	return found
 }
 
+// counted is the decoding rate per core the model counts for the
+// machine's nodes: that of the mean of the crowd's and the lone decoder's
+// costs a byte, or the crowd's where the lone one is unknown.
+func (d decodeCrowd) counted() float64 {
+	if !(d.alone > 0) || !(d.rate > 0) {
+		return d.rate
+	}
+	return 2 / (1/d.rate + 1/d.alone)
+}
+
 // note says what the model takes from d, for the preview.
 func (d decodeCrowd) note() string {
 	note := fmt.Sprintf("%s of one machine of %s decoded zstd at once: %s MB/s a core each", plural(d.nodes, "node"), plural(d.cores, "core"), mbps(d.rate))
-	if d.alone > 0 {
-		note += fmt.Sprintf(", %.2f× what one decoded alone", d.rate/d.alone)
+	if !(d.alone > 0) {
+		return note + "; the model counts it"
 	}
-	return note + "; the model counts the former"
+	return note + fmt.Sprintf(", %.2f× what one decoded alone; the model counts the mean of the two costs a byte, %s MB/s a core",
+		d.rate/d.alone, mbps(d.counted()))
 }
 
 // crowdDecoders gives the nodes' probes (probes[1:]; probes[i] runs on
-// machineOf[i]) on machines whose nodes decoded at once the crowd's zstd
-// rate, and their rate for RLE blocks, which fills memory the same crowd
-// shares, scaled alike.
+// machineOf[i]) on machines whose nodes decoded at once the zstd rate the
+// model counts there (decodeCrowd.counted), and their rate for RLE
+// blocks, which fills memory the same crowd shares, scaled alike.
 func crowdDecoders(probes []capacity.Probe, machineOf []string, decoders map[string]decodeCrowd) {
 	for i := 1; i < len(probes); i++ {
 		d, ok := decoders[machineOf[i]]
@@ -115,9 +131,9 @@ func crowdDecoders(probes []capacity.Probe, machineOf []string, decoders map[str
 			continue
 		}
 		rates := maps.Clone(p.DecompressBytesPerSec)
-		rates[imaging.Zstd.String()] = d.rate
+		rates[imaging.Zstd.String()] = d.counted()
 		p.DecompressBytesPerSec = rates
-		p.RLEDecodeBytesPerSec *= d.rate / own
+		p.RLEDecodeBytesPerSec *= d.counted() / own
 	}
 }
 

@@ -25,7 +25,7 @@ func TestDecodeCrowds(t *testing.T) {
 		note    string
 	}{
 		{"two decoders", []control.NetResult{{Bytes: 60e6, CPU: 0.04}, {Bytes: 100e6, CPU: 0.06}}, "", 1600e6,
-			"2 nodes of one machine of 2 cores decoded zstd at once: 1600.0 MB/s a core each, 0.80× what one decoded alone; the model counts the former"},
+			"2 nodes of one machine of 2 cores decoded zstd at once: 1600.0 MB/s a core each, 0.80× what one decoded alone; the model counts the mean of the two costs a byte, 1777.8 MB/s a core"},
 		{"one missing", []control.NetResult{{Bytes: 60e6, CPU: 0.04}}, "no thread CPU clock to time the decoders by", 0,
 			"decoders: 1 of the 2 nodes on one machine measured together (no thread CPU clock to time the decoders by)"},
 		{"no time counted", []control.NetResult{{Bytes: 60e6}, {Bytes: 60e6}}, "", 0,
@@ -51,10 +51,11 @@ func TestDecodeCrowds(t *testing.T) {
 	}
 }
 
-// The crowd's rate replaces the lone decoder's on its machine's nodes, and
-// their rate for RLE blocks scales alike; the source and other machines'
-// nodes keep theirs, and no probe sharing the same rates is changed
-// through them.
+// The rate of the mean of the crowd's and the lone decoder's costs
+// replaces the lone rate on its machine's nodes (1500 and 2000 MB/s:
+// 1/1500 + 1/2000 over two is 1/1714), and their rate for RLE blocks
+// scales alike; the source and other machines' nodes keep theirs, and no
+// probe sharing the same rates is changed through them.
 func TestCrowdDecoders(t *testing.T) {
 	shared := map[string]float64{"zstd": 2000e6, "gzip": 300e6}
 	probes := []capacity.Probe{
@@ -68,15 +69,28 @@ func TestCrowdDecoders(t *testing.T) {
 	crowdDecoders(probes, machineOf, map[string]decodeCrowd{"box": {nodes: 2, cores: 2, rate: 1500e6, alone: 2000e6}})
 	for i, want := range []struct {
 		zstd, gzip, rle float64
-	}{{2000e6, 300e6, 0}, {1500e6, 300e6, 7.5e9}, {1500e6, 300e6, 7.5e9}, {2000e6, 300e6, 10e9}, {0, 0, 0}} {
+	}{{2000e6, 300e6, 0}, {12e9 / 7, 300e6, 60e9 / 7}, {12e9 / 7, 300e6, 60e9 / 7}, {2000e6, 300e6, 10e9}, {0, 0, 0}} {
 		p := probes[i]
-		if p.DecompressBytesPerSec["zstd"] != want.zstd || p.DecompressBytesPerSec["gzip"] != want.gzip || p.RLEDecodeBytesPerSec != want.rle {
+		near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
+		if !near(p.DecompressBytesPerSec["zstd"], want.zstd) || p.DecompressBytesPerSec["gzip"] != want.gzip || !near(p.RLEDecodeBytesPerSec, want.rle) {
 			t.Errorf("%s: zstd %v, gzip %v, RLE %v; want %v, %v, %v", p.Hostname, p.DecompressBytesPerSec["zstd"],
 				p.DecompressBytesPerSec["gzip"], p.RLEDecodeBytesPerSec, want.zstd, want.gzip, want.rle)
 		}
 	}
 	if shared["zstd"] != 2000e6 {
 		t.Errorf("the rates the probes shared were changed: %v", shared)
+	}
+}
+
+// Without a lone figure, the crowd's rate counts as it is, and the note
+// says so.
+func TestDecodeCrowdWithoutALoneFigure(t *testing.T) {
+	d := decodeCrowd{nodes: 4, cores: 2, rate: 1500e6}
+	if got := d.counted(); got != 1500e6 {
+		t.Errorf("counted %v B/s, want the crowd's 1500e6", got)
+	}
+	if want := "4 nodes of one machine of 2 cores decoded zstd at once: 1500.0 MB/s a core each; the model counts it"; d.note() != want {
+		t.Errorf("note %q, want %q", d.note(), want)
 	}
 }
 
