@@ -25,12 +25,13 @@ import (
 // decoding rate per core in a crowd. Over the 45 joins of a full make
 // bench (4 to 24 nodes) it came to 0.56-1.32 times the lone figure, 0.9
 // times at the median. Yet a short window is a moment of the machine
-// too: over 17 casts of the zstd chain of 8 at 1 Gbit/s, where the crowd
-// counted alone, it read 0.59-1.71 times the lone figure; the casts where
-// it read below 0.8 ran 16% faster than their previews on average, those
-// where it read above 1.15 ran 7% slower. So the model counts the mean of
-// the two costs a byte (decodeCrowd.counted): two measurements of one
-// thing, a few seconds apart.
+// too: over 17 casts of the zstd chain of 8 at 1 Gbit/s where the crowd
+// counted alone (7 with this window, 10 with one of 200 ms), it read
+// 0.59-1.71 times the lone figure; the casts where it read below 0.8 ran
+// 16% faster than their previews on average, those where it read above
+// 1.15 ran 7% slower. So the model counts the mean of the two costs a
+// byte (decodeCrowd.counted): two measurements of one thing, a few
+// seconds apart.
 
 // decodeCrowdSettle is how long after the order to decode the window
 // opens, for every decoding thread to have run; decodeCrowdWindow is the
