@@ -243,6 +243,8 @@ type sharedFigures struct {
 	crowds   map[string]crowd
 	disks    map[string]diskCrowd
 	decoders map[string]decodeCrowd
+	// encodeSlowdown is the source's encoder's (see encodeAmong).
+	encodeSlowdown float64
 }
 
 // measureShared measures what the nodes sharing a machine cost each other
@@ -342,13 +344,18 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 	}
 
 	decodedAt := time.Now()
+	encoded := s.encodeAmong(decodeGoing[s.sourceMachine(ready)])
 	decoded := s.crowdRound(ctx, crowdAsk{decodeGoing, func(n *nodeState) control.CrowdProbe {
 		return decodeOrder(decodeIDs[n], true)
 	}})[0]
 	decoders := decodeCrowds(decoded, decodeGoing, alone, &notes)
-	s.log.Debug("decoders crowd", "took", time.Since(decodedAt))
+	encodeSlowdown := <-encoded
+	s.log.Debug("decoders crowd", "took", time.Since(decodedAt), "encoder_slowdown", encodeSlowdown)
 	for _, d := range decoders {
 		notes = append(notes, d.note())
+	}
+	if encodeSlowdown > 0 {
+		notes = append(notes, encodeCrowdNote(len(decodeGoing[s.sourceMachine(ready)]), encodeSlowdown, s.profile.EncodeRate))
 	}
 
 	wroteAt := time.Now()
@@ -387,7 +394,7 @@ func (s *Server) measureShared(ctx context.Context, ready []*nodeState, disks, d
 		notes = append(notes, note)
 	}
 	slices.Sort(notes)
-	return sharedFigures{crowds: crowds, disks: found, decoders: decoders}, notes
+	return sharedFigures{crowds: crowds, disks: found, decoders: decoders, encodeSlowdown: encodeSlowdown}, notes
 }
 
 // mayDoubt says whether a crowd's slowdown is past crowdDoubtBinding,

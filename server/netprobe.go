@@ -69,6 +69,10 @@ type netFigures struct {
 	// decoders is, by machine key, how fast a crowded machine's nodes
 	// decoded zstd all at once.
 	decoders map[string]decodeCrowd
+	// encodeSlowdown is how many times its CPU a byte alone the source's
+	// encoder took while its machine's nodes decoded at once (see
+	// probe.EncodeCrowd); 0 if not measured.
+	encodeSlowdown float64
 }
 
 // link is the node's measured link rate: the faster of its two ring

@@ -124,7 +124,7 @@ func (s *Server) model(ready []*nodeState, figs netFigures) (capacity.Network, c
 		// (see unusedDecoders).
 		opt.Compression = capacity.Compression{}
 	}
-	if r := s.profile.EncodeRate; r > 0 && opt.Compression.Enabled() {
+	if r := crowdedEncodeRate(s.profile.EncodeRate, figs.encodeSlowdown); r > 0 && opt.Compression.Enabled() {
 		SetSourceEncode(&net, opt.Compression.Codec, r)
 		notes = append(notes, fmt.Sprintf("this image compresses at %s MB/s per core here, on %s, should the source compress it",
 			mbps(r), plural(stream.CompressWorkers(), "thread")))

@@ -103,8 +103,11 @@ func (s *Server) scanImage(ctx context.Context) (probe.Profile, error) {
 			return p, err
 		}
 		alone := p.EncodeRate
-		err = probe.TimeCompression(ctx, s.img, &p, p.Codec, s.cfg.FrameSize)
+		if err = probe.TimeCompression(ctx, s.img, &p, p.Codec, s.cfg.FrameSize); err != nil {
+			return p, err
+		}
 		s.log.Debug("compression timed", "encoder_mbps", mbps(alone), "whole_path_mbps", mbps(p.EncodeRate))
+		s.encodeCrowd, err = probe.NewEncodeCrowd(ctx, s.img, &p)
 		return p, err
 	}
 	fmt.Fprintf(s.cfg.Out, "scanning %s (%s): checking it decodes whole and learning its size…\n", s.cfg.Image, s.img.Encoding)

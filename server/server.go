@@ -192,6 +192,9 @@ type Server struct {
 	scanned chan struct{} // closed once the image's size and digest are known
 	scanErr error
 	profile probe.Profile // what the model needs of the image, once scanned
+	// encodeCrowd times the source's encoder again among the nodes of its
+	// machine; nil where the source does not compress on the fly.
+	encodeCrowd *probe.EncodeCrowd
 
 	probed chan struct{} // closed once the source's own probe is done
 	probe  probe.Report
@@ -424,6 +427,7 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 		var shared sharedFigures
 		shared, crowdNotes = s.measureShared(ctx, ready, disks, s.nodesMayDecode(), plan)
 		figs.crowds, figs.disks, figs.decoders = shared.crowds, shared.disks, shared.decoders
+		figs.encodeSlowdown = shared.encodeSlowdown
 		if len(crowdNotes) > 0 { // measured something
 			sum.JoinParts.Shared = time.Since(t)
 		}
