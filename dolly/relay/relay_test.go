@@ -269,6 +269,42 @@ func TestRelayServesLateChildrenFromHistory(t *testing.T) {
 	}
 }
 
+// An upstream that pauses with fewer bytes sent than the relay's batch
+// (a source waiting for a slow child, a re-plan) must not have them held
+// back until it sends more: the child and the local copy get them now.
+func TestRelayPassesOnAShortBatchWhenTheUpstreamPauses(t *testing.T) {
+	data := randomBytes(minWake/3, 12)
+	for mode, noSplice := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			h := startRelay(t, noSplice, len(data))
+			kid, kidEnd := tcpPair(t)
+			if err := h.r.Attach(h.ctx, "kid", kid, 0); err != nil {
+				t.Fatal(err)
+			}
+			up, _ := h.upstream()
+			up.Write(data) // and nothing more until the bytes are through
+			passed := make(chan error, 1)
+			go func() { passed <- h.r.hist.waitEnd(int64(len(data))) }()
+			select {
+			case err := <-passed:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the relay held %d bytes while its upstream paused", len(data))
+			}
+			got := make([]byte, len(data))
+			kidEnd.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if n, err := io.ReadFull(kidEnd, got); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the child got %d bytes (%v) while the upstream paused, want all %d", n, err, len(data))
+			}
+			up.CloseWrite()
+			h.wait()
+			expect(t, "the local copy", h.local, data)
+		})
+	}
+}
+
 func TestRelayRefusesWhatItNoLongerHolds(t *testing.T) {
 	data := randomBytes(HistoryBytes+(8<<20), 11)
 	h := startRelay(t, false, len(data))

@@ -101,7 +101,15 @@ func (r *Relay) spliceRound(up Upstream) (int, error) {
 	if size, ok := r.sp.wake.next(up, r.sp.inSize, time.Now()); ok {
 		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, size) })
 	}
+	// An upstream that pauses short of the batch would hold its last
+	// bytes here until it sends more: past flushAfter, take any byte.
+	// Setting the option wakes the poller if bytes are waiting.
+	flush := time.AfterFunc(r.sp.wake.flushAfter(), func() {
+		r.sp.wake.flush()
+		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+	})
 	n, err := spliceIn(rc, r.sp.in.w, r.sp.inSize)
+	flush.Stop()
 	if err == nil && n == 0 {
 		err = errEOF
 	}

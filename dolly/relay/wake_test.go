@@ -19,6 +19,7 @@ func TestWakeSizeFollowsTheRate(t *testing.T) {
 		after   time.Duration // since t0
 		want    int
 		changed bool
+		flush   bool // the read before waited past flushAfter
 	}
 	tests := []struct {
 		name  string
@@ -55,6 +56,12 @@ func TestWakeSizeFollowsTheRate(t *testing.T) {
 			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
 			{up: b, after: rateWindow + time.Millisecond, want: minWake, changed: true},
 		}},
+		{"a paused upstream starts again small", 0, []step{
+			{up: a, after: 0, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: rateWindow, want: round, changed: true},
+			{up: a, flush: true, moved: 1000, after: rateWindow + 20*time.Millisecond, want: minWake, changed: true},
+			{up: a, moved: 50 << 20, after: 2*rateWindow + 20*time.Millisecond, want: round, changed: true},
+		}},
 		{"a crowded machine: 12 ms of 12.5 MB/s", CrowdedWakeDelay, []step{
 			{up: a, after: 0, want: minWake, changed: true},
 			{up: a, moved: 625_000, after: rateWindow, want: 150_000, changed: true},
@@ -74,6 +81,9 @@ func TestWakeSizeFollowsTheRate(t *testing.T) {
 			w := wakeSize{delay: tt.delay}
 			for i, s := range tt.steps {
 				w.moved(s.moved)
+				if s.flush {
+					w.flush()
+				}
 				got, changed := w.next(s.up, round, t0.Add(s.after))
 				if got != s.want || changed != s.changed {
 					t.Fatalf("step %d: got %d (changed %v), want %d (changed %v)", i, got, changed, s.want, s.changed)
