@@ -215,7 +215,9 @@ func (n *node) receive(h stream.StreamHeader, received chan<- receipt) {
 		n.ctl.send(control.Message{Type: control.MsgFail, Reason: err.Error()})
 	}
 	if err == nil {
+		t := time.Now()
 		err = tg.Sync()
+		n.log.Info("target flushed", "took", time.Since(t).Round(time.Millisecond))
 	}
 	if discarded, left := tg.Freed(); discarded+left > 0 {
 		n.log.Info("free blocks not written", "discarded", discarded, "left", left)
