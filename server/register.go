@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"dolly/dolly/control"
+	"dolly/dolly/probe"
 	"dolly/dolly/stream"
 	"dolly/imaging"
 	"dolly/internal/units"
@@ -91,6 +92,7 @@ func (s *Server) enroll(c *control.Conn, h *control.Hello, dataAddr, host, what 
 	s.nodes = append(s.nodes, n)
 	s.byName[n.name] = n
 	s.lastJoined = time.Now()
+	s.joinedCPU = probe.ReadCPUTimes()
 	s.printRoll(what, n)
 	return n, ""
 }

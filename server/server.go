@@ -231,8 +231,11 @@ type Server struct {
 	// machine's cores, for the cast's own share (shareForCast); only the
 	// run goroutine touches it.
 	sharing    map[*nodeState]int
-	lastJoined time.Time    // when the last node joined, guarded by mu
-	castNodes  []*nodeState // every node of the cast
+	lastJoined time.Time // when the last node joined, guarded by mu
+	// joinedCPU is how this machine's CPUs had spent their time when the
+	// last node joined, guarded by mu.
+	joinedCPU probe.CPUTimes
+	castNodes []*nodeState // every node of the cast
 	// yielding are nodes served apart that leave their machine's cores to
 	// the plan's nodes until those are done (control.Assign.Yield).
 	yielding []*nodeState
@@ -432,6 +435,14 @@ func (s *Server) run(ctx context.Context) (Summary, error) {
 			sum.JoinParts.Shared = time.Since(t)
 		}
 		notes = append(notes, crowdNotes...)
+		s.mu.Lock()
+		joined := s.joinedCPU
+		s.mu.Unlock()
+		if joined.Total() > 0 {
+			if note := joinStealNote(probe.ReadCPUTimes().Sub(joined)); note != "" {
+				notes = append(notes, note)
+			}
+		}
 		choice = s.choose(ctx, ready, figs)
 		s.netFigs = figs
 		choice.Notes = append(notes, choice.Notes...)
