@@ -32,6 +32,6 @@ func joinStealNote(cpu probe.CPUTimes) string {
 	if share < hostStealNoted {
 		return ""
 	}
-	return fmt.Sprintf("the VM's host took %.0f%% of this machine's cores while the nodes measured it: the probes count that time as their work's, so a cast the host leaves more of the cores to runs faster than this preview",
+	return fmt.Sprintf("the VM's host took %.0f%% of this machine's cores while the join's probes ran: they count that time as their work's, so a cast the host leaves more of the cores to runs faster than this preview",
 		100*share)
 }
