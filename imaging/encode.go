@@ -49,6 +49,30 @@ func Compress(w io.Writer, enc Encoding, r io.Reader, concurrency int) error {
 	return e.Close()
 }
 
+// CompressBytes writes b compressed as enc to w, as Compress does, but
+// for zstd's window: no larger than b. The blocks are the same bytes (no
+// match reaches past the start of b either way); the frame header asks
+// for a window of half the size or less, and a decoder of the stream
+// holds that much less memory.
+func CompressBytes(w io.Writer, enc Encoding, b []byte) error {
+	if enc != Zstd {
+		return Compress(w, enc, bytes.NewReader(b), 1)
+	}
+	window := zstd.MinWindowSize
+	for window < len(b) && window < zstd.MaxWindowSize {
+		window *= 2
+	}
+	e, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(window))
+	if err != nil {
+		return fmt.Errorf("zstd: %w", err)
+	}
+	if _, err := e.Write(b); err != nil {
+		e.Close()
+		return fmt.Errorf("zstd: %w", err)
+	}
+	return e.Close()
+}
+
 // ChunkSize is how much of an image ChunkEncoder compresses apart: large
 // enough that the format's per-frame cost and the lost matches across
 // chunks are nothing, small enough that a few chunks in flight on every

@@ -66,7 +66,7 @@ func packedSample(enc imaging.Encoding) ([]byte, error) {
 	sample := make([]byte, standardSampleSize)
 	StandardSample(sample, 1)
 	var packed bytes.Buffer
-	if err := imaging.Compress(&packed, enc, bytes.NewReader(sample), 1); err != nil {
+	if err := imaging.CompressBytes(&packed, enc, sample); err != nil {
 		return nil, fmt.Errorf("compressing the standard sample with %s: %w", enc, err)
 	}
 	return packed.Bytes(), nil
