@@ -194,14 +194,16 @@ func (o *outcome) get() (done bool, d imaging.Digest) {
 	return o.done, o.digest
 }
 
+// gcPercent is the collector's target while a node runs (see Run).
+const gcPercent = 10
+
 // Run joins the cast at cfg.Server, writes the image to the target,
 // forwards it to the node's children and returns once the server has
 // confirmed the target verified. Any other outcome is an error. When the
 // server is lost during the cast the node keeps its data path and what it
-// has, reconnects, and goes on with the server it finds.
-// gcPercent is the collector's target while a node runs (see Run).
-const gcPercent = 10
-
+// has, reconnects, and goes on with the server it finds. While it runs,
+// the process's garbage collection target (debug.SetGCPercent) is 10%,
+// for a node is its process's one job (dolly, dolly-init).
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	if cfg.Key != nil {
