@@ -50,10 +50,10 @@ func Compress(w io.Writer, enc Encoding, r io.Reader, concurrency int) error {
 }
 
 // CompressBytes writes b compressed as enc to w, as Compress does, but
-// for zstd's window: no larger than b. The blocks are the same bytes (no
-// match reaches past the start of b either way); the frame header asks
-// for a window of half the size or less, and a decoder of the stream
-// holds that much less memory.
+// with zstd's window the smallest power of two that holds b rather than
+// the level's default. The blocks are the same bytes (no match reaches
+// past the start of b either way); only the frame header differs, and a
+// decoder of the stream holds a window no larger than b.
 func CompressBytes(w io.Writer, enc Encoding, b []byte) error {
 	if enc != Zstd {
 		return Compress(w, enc, bytes.NewReader(b), 1)
