@@ -103,10 +103,12 @@ func (r *Relay) spliceRound(up Upstream) (int, error) {
 	}
 	// An upstream that pauses short of the batch would hold its last
 	// bytes here until it sends more: past flushAfter, take any byte.
-	// Setting the option wakes the poller if bytes are waiting.
+	// Setting the option wakes the poller if bytes are waiting. The flag
+	// is set after it, so that a round that sees the flag sets its batch
+	// after this: one that fires late never leaves the socket at one byte.
 	flush := time.AfterFunc(r.sp.wake.flushAfter(), func() {
-		r.sp.wake.flush()
 		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1) })
+		r.sp.wake.flush()
 	})
 	n, err := spliceIn(rc, r.sp.in.w, r.sp.inSize)
 	flush.Stop()
