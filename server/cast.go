@@ -134,6 +134,7 @@ func (s *Server) runCast(ctx context.Context, p castPlan, w *watch) (imaging.Dig
 	go func() { srcDone <- src.run(srcCtx, max(skip, 0), s.sourceKidsNow) }()
 
 	s.shareForCast(p.send, p.wake)
+	defer s.shareSourceCores(p.send)()
 	kids := p.tree.ChildLists()
 	assign := func(n *nodeState, a control.Assign) {
 		if err := n.conn.Send(control.Message{Type: control.MsgAssign, Assign: &a}); err != nil {

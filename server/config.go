@@ -34,6 +34,12 @@ type Config struct {
 	// NoProbe skips measuring this machine (the model then lacks the
 	// source's figures).
 	NoProbe bool
+	// SetProcs, if set, sets how many threads run the process's Go code
+	// at once and returns the setting before (runtime.GOMAXPROCS): the
+	// source keeps to fewer on a machine its nodes crowd (see
+	// shareSourceCores). The setting is the whole process's, so only
+	// its command sets it.
+	SetProcs func(procs int) int
 	// NetProbe is how long each bandwidth probe of the network runs before
 	// the plan (the source to all nodes, then each node to the next); 0
 	// skips them, and the model then knows links only by their NICs.

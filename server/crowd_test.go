@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"maps"
 	"math"
 	"net"
@@ -223,13 +224,15 @@ func TestShareCores(t *testing.T) {
 		machines []string // each node's
 		cores    map[string]int
 		want     []int // the procs each node is told; 0: told nothing
+		wantHere bool  // the source's machine is crowded
 	}{
-		{"three nodes on two cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 2}, []int{1, 1, 1}},
-		{"three nodes on eight cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 8}, []int{0, 0, 0}},
-		{"three nodes and the source on three cores", []string{here, here, here}, map[string]int{here: 3}, []int{1, 1, 1}},
-		{"three nodes on three cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 3}, []int{0, 0, 0}},
-		{"one crowded machine, one not", []string{"m1", "m2", "m1", "m2", "m1"}, map[string]int{"m1": 2, "m2": 4}, []int{1, 0, 1, 0, 1}},
-		{"one node alone", []string{"m1"}, map[string]int{"m1": 1}, []int{0}},
+		{"three nodes on two cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 2}, []int{1, 1, 1}, false},
+		{"three nodes on eight cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 8}, []int{0, 0, 0}, false},
+		{"three nodes and the source on three cores", []string{here, here, here}, map[string]int{here: 3}, []int{1, 1, 1}, true},
+		{"three nodes and the source on four cores", []string{here, here, here}, map[string]int{here: 4}, []int{0, 0, 0}, false},
+		{"three nodes on three cores", []string{"m1", "m1", "m1"}, map[string]int{"m1": 3}, []int{0, 0, 0}, false},
+		{"one crowded machine, one not", []string{"m1", "m2", "m1", "m2", "m1"}, map[string]int{"m1": 2, "m2": 4}, []int{1, 0, 1, 0, 1}, false},
+		{"one node alone", []string{"m1"}, map[string]int{"m1": 1}, []int{0}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Server{}
@@ -252,6 +255,9 @@ func TestShareCores(t *testing.T) {
 				}
 			}
 			s.shareCores(ready)
+			if s.crowdedHere != tt.wantHere {
+				t.Errorf("the source's machine crowded: %v, want %v", s.crowdedHere, tt.wantHere)
+			}
 			for i, n := range ready {
 				// A ping after it tells "told nothing" from "not yet".
 				n.conn.Send(control.Message{Type: control.MsgPing})
@@ -333,6 +339,46 @@ func TestShareForCast(t *testing.T) {
 				if procs != tt.want || wake != tt.wantWake {
 					t.Errorf("node %d: told %+v: %d procs and %d ms last, want %d and %d", i, got, procs, wake, tt.want, tt.wantWake)
 				}
+			}
+		})
+	}
+}
+
+// The source casts on one thread where its machine is crowded and it
+// sends the image as stored; a source that converts the stream, or runs on
+// a machine of its own, keeps its threads, and the cast's end puts back
+// what was set.
+func TestShareSourceCores(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		crowded bool
+		stored  imaging.Encoding
+		send    imaging.Encoding
+		want    []int // the settings asked for, in order
+	}{
+		{"raw as stored, crowded", true, imaging.Raw, imaging.Raw, []int{1, 2}},
+		{"zstd as stored, crowded", true, imaging.Zstd, imaging.Zstd, []int{1, 2}},
+		{"raw compressed on the fly", true, imaging.Raw, imaging.Zstd, nil},
+		{"zstd decoded to raw", true, imaging.Zstd, imaging.Raw, nil},
+		{"a machine of its own", false, imaging.Raw, imaging.Raw, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			procs := 2
+			var asked []int
+			s := &Server{crowdedHere: tt.crowded, img: &imaging.Image{Encoding: tt.stored}, log: slog.New(slog.DiscardHandler),
+				cfg: Config{SetProcs: func(n int) int {
+					asked = append(asked, n)
+					was := procs
+					procs = n
+					return was
+				}}}
+			restore := s.shareSourceCores(tt.send)
+			if len(tt.want) > 0 && procs != 1 {
+				t.Errorf("the source runs on %d threads during the cast, want 1", procs)
+			}
+			restore()
+			if !slices.Equal(asked, tt.want) || procs != 2 {
+				t.Errorf("settings asked for %v, ending at %d; want %v, ending at 2", asked, procs, tt.want)
 			}
 		})
 	}

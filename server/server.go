@@ -92,8 +92,11 @@ type Server struct {
 	// sharing holds the nodes shareCores kept to one thread, with their
 	// machine's cores, for the cast's own share (shareForCast); only the
 	// run goroutine touches it.
-	sharing    map[*nodeState]int
-	lastJoined time.Time // when the last node joined, guarded by mu
+	sharing map[*nodeState]int
+	// crowdedHere says that this machine is one of them: its nodes and
+	// the source are more hosts than it has cores (shareSourceCores).
+	crowdedHere bool
+	lastJoined  time.Time // when the last node joined, guarded by mu
 	// joinedCPU is how this machine's CPUs had spent their time when the
 	// last node joined, guarded by mu.
 	joinedCPU probe.CPUTimes

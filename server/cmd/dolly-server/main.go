@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -236,6 +237,7 @@ func run() int {
 		GrowLast:      *growLast,
 		Topology:      topo,
 		NoProbe:       *noProbe,
+		SetProcs:      runtime.GOMAXPROCS,
 		NetProbe:      *netProbe,
 		NoReplan:      *noReplan,
 		FrameSize:     int(fsz),
