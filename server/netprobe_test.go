@@ -188,16 +188,23 @@ func TestLinkCPU(t *testing.T) {
 	for _, tt := range []struct {
 		name                      string
 		own, machine, slow, share float64
+		busy                      bool // the ring kept pc1's machine busy
 		want                      float64
 	}{
-		{"kernel threads add to the process", 1e-9, 3e-9, 0, 0, 3e-9},
-		{"the process alone costs more", 2e-9, 1e-9, 0, 0, 2e-9},
-		{"no machine figure", 2e-9, 0, 0, 0, 2e-9},
-		{"not measured", 0, 3e-9, 0, 0, 0},
-		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 0, 2e-9},
-		{"the kernel's threads by the byte on a machine busy in part", 1e-9, 3e-9, 0, 0.95, 3e-9},
+		{"kernel threads add to the process", 1e-9, 3e-9, 0, 0, false, 3e-9},
+		{"the process alone costs more", 2e-9, 1e-9, 0, 0, false, 2e-9},
+		{"no machine figure", 2e-9, 0, 0, 0, false, 2e-9},
+		{"not measured", 0, 3e-9, 0, 0, false, 0},
+		{"a crowd's slowdown counted once", 1e-9, 3e-9, 1.5, 0, false, 2e-9},
+		{"the kernel's threads by the byte on a machine busy in part", 1e-9, 3e-9, 0, 0.95, false, 3e-9},
+		{"a busy machine: its share, though the process's own cost more", 1.8e-9, 1.2e-9, 0, 0, true, 1.2e-9},
+		{"a busy machine: its share, with a crowd's slowdown", 1e-9, 3e-9, 1.5, 0, true, 2e-9},
+		{"a busy machine without a figure: the process's own", 1.8e-9, 0, 0, 0, true, 1.8e-9},
 	} {
 		f := netFigures{ringCPU: map[string]float64{"pc1": tt.own}, ringMachine: map[string]float64{"pc1": tt.machine}, ringBusy: map[string]float64{}}
+		if tt.busy {
+			f.ringBusy["pc1"] = busyShare
+		}
 		if tt.share > 0 {
 			f.busyShares = map[string]float64{"box": tt.share}
 		}
