@@ -44,8 +44,9 @@ func dollyLimits(h *hostLimits, r Resources, source bool, out int, st stream) er
 //	          decoder writes in place and hands on zero frames and the zeros
 //	          deep in a run of RLE blocks undecoded), 1/copy + 1/digest for
 //	          gzip (its output is gathered, then scanned whole);
-//	          plus (1+o)·w·pace, what each stream costs more at the pace of
-//	          the node's link than over loopback (Resources.paceCost)
+//	          plus w·pace, what the stream it receives costs more at the
+//	          pace of the node's link than over loopback (Resources.paceCost;
+//	          the streams it sends cost no more)
 //	decoding thread, when decompression cannot spread over cores: the one
 //	goroutine that decodes also copies the payloads in, scans, digests and copies into the
 //	target's aligned chunks (which are written behind it, so the disk's time
@@ -75,7 +76,7 @@ func dollyNodeLimits(h *hostLimits, r Resources, out int, st stream) error {
 		path = max(path+(o-1)*share(r.CPU.Net), path/2)
 		cpu = w*path + d*write
 	}
-	cpu += (1 + o) * w * r.paceCost()
+	cpu += w * r.paceCost()
 	behind := d * write // what the node writes, it writes from its buffer
 	if compressed {
 		rate, err := r.decompressRate(st.Codec)

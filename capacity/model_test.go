@@ -205,8 +205,8 @@ func TestDollyModel(t *testing.T) {
 	relayed := dollyRes
 	relayed.CPU.Relay = 500 * MB
 	// A stream in and out at the link's pace cost 4 ns a byte, 1 more
-	// than two streams (1 each) and two copies (0.5 each): 0.5 more per
-	// stream.
+	// than two streams (1 each) and two copies (0.5 each): the stream
+	// received pays that 1 more, the streams sent nothing.
 	paced := relayed
 	paced.CPU.Link = 250 * MB
 	// One that costs no more than over loopback adds nothing.
@@ -247,16 +247,17 @@ func TestDollyModel(t *testing.T) {
 		{"node raw, relay probed, a leaf", relayed, Compression{}, "n03", map[ConstraintKind]float64{
 			CPULimit: (1/0.5 - 1/1.0 + 1/2.0) * ns,
 		}, Options{}},
-		// At the link's pace each stream in or out costs 0.5 more.
+		// At the link's pace the stream received costs 1 more, whatever
+		// the node sends on.
 		{"node raw, at the link's pace, two children", paced, Compression{}, "n01", map[ConstraintKind]float64{
-			CPULimit: (1/0.5 + 1/1.0 + 1/2.0 + 3*0.5) * ns,
+			CPULimit: (1/0.5 + 1/1.0 + 1/2.0 + 1) * ns,
 		}, Options{}},
 		{"node raw, at the link's pace, a leaf", paced, Compression{}, "n03", map[ConstraintKind]float64{
-			CPULimit: (1/0.5 - 1/1.0 + 1/2.0 + 0.5) * ns,
+			CPULimit: (1/0.5 - 1/1.0 + 1/2.0 + 1) * ns,
 		}, Options{}},
 		{"node compressed, at the link's pace, a leaf", paced, Compression{"zstd", 2}, "n03", map[ConstraintKind]float64{
 			// the wire's half-bytes pay the pace; the decoder's thread as above
-			CPULimit: (0.5*(1/0.5-1/1.0) + 1/2.0 + 0.5*0.5 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
+			CPULimit: (0.5*(1/0.5-1/1.0) + 1/2.0 + 0.5*1 + (1/1.0 + 0.5/2.0 + 1/4.0 + 1/4.0 + 1/2.0)) * ns,
 		}, Options{}},
 		{"node raw, a link no slower than loopback", quick, Compression{}, "n01", map[ConstraintKind]float64{
 			CPULimit: (1/0.5 + 1/1.0 + 1/2.0) * ns,
