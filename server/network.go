@@ -31,8 +31,13 @@ func (s *Server) choose(ctx context.Context, ready []*nodeState, figs netFigures
 		names = append(names, n.name)
 	}
 	net, opt, notes := s.model(ready, figs)
+	shape := s.cfg.Shape
+	if shape == "" && linksUnknown(net, ready) {
+		shape = capacity.KindChain
+		notes = append(notes, "no link of the lab was measured: -auto keeps to a chain, which loads each link with one stream")
+	}
 	choose := func(net capacity.Network, compress Compress) (Choice, error) {
-		return Choose(net, opt, s.cfg.Shape, s.cfg.Fanout, compress, s.img.Encoding)
+		return Choose(net, opt, shape, s.cfg.Fanout, compress, s.img.Encoding)
 	}
 	ch, err := choose(net, s.cfg.Compress)
 	if err == nil {
@@ -148,6 +153,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	// hold.
 	figs.busyShares = s.sharesTaken(figs, ready)
 	src := sourceProbe(s.probe)
+	sourceUnknown := false
 	if len(ready) > 0 {
 		// On loopback the source has no link: its sends cost CPU, which
 		// the model counts.
@@ -155,7 +161,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			if _, speed, err := probe.NICSpeed(ip); err == nil {
 				src.NICBytesPerSec = speed
 			} else if figs.sourceLink() <= 0 {
-				notes = append(notes, fmt.Sprintf("the source's link speed is unknown: %v", err))
+				sourceUnknown = true
 			}
 			withMeasuredLink(&src, figs.sourceLink())
 		}
@@ -163,6 +169,9 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	probes := []capacity.Probe{src}
 	machines := map[string]int{}
 	var unprobed, noLink, noDisk []string
+	if sourceUnknown {
+		noLink = append(noLink, SourceName)
+	}
 	machineOf := []string{s.sourceMachine(ready)}
 	// One node measured each machine (see enroll); the others on it share
 	// its figures.
@@ -209,9 +218,6 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	if len(unprobed) > 0 {
 		notes = append(notes, fmt.Sprintf("no probe from %s: their figures are not modelled", listNames(unprobed)))
 	}
-	if len(noLink) > 0 {
-		notes = append(notes, fmt.Sprintf("link speed unknown for %s (no NIC speed, no bandwidth probe): not modelled", listNames(noLink)))
-	}
 	if len(noDisk) > 0 {
 		why := "their probes could not measure it"
 		if !s.confirmed() {
@@ -245,7 +251,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 			hostMachines := topologyMachines(net, ready, machineOf[0])
 			markCrowds(&net, hostMachines, figs.crowds)
 			markBusyShares(&net, hostMachines, figs.busyShares)
-			return net, notes
+			return net, append(notes, assumeLinks(&net, noLink)...)
 		}
 		notes = append(notes, fmt.Sprintf("topology %s not used: %v", t.Name, err))
 	}
@@ -259,7 +265,50 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 	markCrowds(&net, machineOf, figs.crowds)
 	markBusyShares(&net, machineOf, figs.busyShares)
 	markDiskCrowds(&net, machineOf, figs.disks)
-	return net, notes
+	return net, append(notes, assumeLinks(&net, noLink)...)
+}
+
+// assumeLinks gives each host of unknown whose link nobody measured (no
+// NIC speed, no bandwidth probe, no topology file's figure) the slowest
+// link measured in the lab: a link nobody measured is no free link, and
+// no plan may win on it. Where no link at all was measured, it leaves
+// them unknown (see linksUnknown). It returns the note that says so.
+func assumeLinks(net *capacity.Network, unknown []string) []string {
+	var slowest float64
+	var left []string
+	for _, h := range net.Hosts {
+		switch {
+		case h.Link <= 0 && slices.Contains(unknown, h.Name):
+			left = append(left, h.Name)
+		case h.Link > 0 && (slowest == 0 || h.Link < slowest):
+			slowest = h.Link
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	if slowest == 0 {
+		return []string{fmt.Sprintf("link speed unknown for %s (no NIC speed, no bandwidth probe), and no link measured: the predictions count the machines alone", listNames(left))}
+	}
+	for i := range net.Hosts {
+		if h := &net.Hosts[i]; h.Link <= 0 && slices.Contains(left, h.Name) {
+			h.Link = slowest
+		}
+	}
+	return []string{fmt.Sprintf("link speed unknown for %s (no NIC speed, no bandwidth probe): counted as the slowest measured, %s MB/s", listNames(left), mbps(slowest))}
+}
+
+// linksUnknown says whether no link of net is known though some of ready
+// are reached over a network, not loopback: then no plan may win on its
+// links, and -auto keeps to a chain, which loads each link with one
+// stream.
+func linksUnknown(net capacity.Network, ready []*nodeState) bool {
+	for _, h := range net.Hosts {
+		if h.Link > 0 {
+			return false
+		}
+	}
+	return slices.ContainsFunc(ready, func(n *nodeState) bool { return !n.loopback() })
 }
 
 // startup is the cast's start-up as the probes measured it: the longest

@@ -3,10 +3,12 @@ package server
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"dolly/capacity"
+	"dolly/imaging"
 )
 
 // TestDecodeRateSwapsTheRLEFill: an image's RLE blocks are counted at
@@ -163,5 +165,86 @@ func TestStartupIsMeasured(t *testing.T) {
 		if got != tt.want || note != tt.note {
 			t.Errorf("%s: %v %q, want %v %q", tt.name, got, note, tt.want, tt.note)
 		}
+	}
+}
+
+// A link nobody measured is no free link. The source's, unknown, counts
+// as the slowest link measured in the lab, and a star, which loads it
+// with a stream per node, does not win on it.
+func TestAssumeLinksGivesAnUnknownLinkTheSlowest(t *testing.T) {
+	const fe, gbe = 12.5e6, 125e6
+	lab := func() capacity.Network {
+		net := crowdedLab(4, gbe)
+		for i := range net.Hosts {
+			net.Hosts[i].Machine = "" // a PC each
+		}
+		net.Hosts[0].Link = 0 // the source's: no NIC speed, no star probe
+		net.Hosts[2].Link = fe
+		return net
+	}
+	opt := capacity.Options{ImageBytes: 1 << 30}
+	free, err := Choose(lab(), opt, "", 0, CompressNo, imaging.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Left free, the source's link lets a star tie with the chain, both
+	// at the slow node's link, and the star's shallow tree wins.
+	if kind := free.Result.Plan.Tree.Kind; kind == capacity.KindChain {
+		t.Fatalf("with the source's link free, -auto chose a %s: the test no longer shows what a free link does", kind)
+	}
+
+	net := lab()
+	notes := assumeLinks(&net, []string{"source"})
+	if got := net.Hosts[0].Link; got != fe {
+		t.Errorf("the source's link: %.4g B/s, want the slowest measured, %.4g", got, fe)
+	}
+	if want := "link speed unknown for source (no NIC speed, no bandwidth probe): counted as the slowest measured, 12.5 MB/s"; len(notes) != 1 || notes[0] != want {
+		t.Errorf("notes %q, want %q", notes, want)
+	}
+	for _, h := range net.Hosts[1:] {
+		if want := map[bool]float64{true: fe, false: gbe}[h.Name == net.Hosts[2].Name]; h.Link != want {
+			t.Errorf("%s's measured link changed: %.4g B/s, want %.4g", h.Name, h.Link, want)
+		}
+	}
+	ch, err := Choose(net, opt, "", 0, CompressNo, imaging.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind := ch.Result.Plan.Tree.Kind; kind != capacity.KindChain {
+		t.Errorf("-auto chose a %s (%s), want a chain", kind, describeChoice(ch))
+	}
+}
+
+// Where no link at all was measured, the hosts stay unknown, the note
+// says the predictions count the machines alone, and -auto keeps to a
+// chain unless every node is on loopback, where there is no link.
+func TestLinksUnknown(t *testing.T) {
+	unknown := crowdedLab(2, 0)
+	notes := assumeLinks(&unknown, []string{"source", "pcb", "pcc"})
+	if len(notes) != 1 || !strings.Contains(notes[0], "link speed unknown for source, pcb, pcc ") || !strings.Contains(notes[0], "no link measured: the predictions count the machines alone") {
+		t.Errorf("notes %q", notes)
+	}
+	for _, h := range unknown.Hosts {
+		if h.Link != 0 {
+			t.Errorf("%s's link set to %.4g B/s with nothing measured", h.Name, h.Link)
+		}
+	}
+	overNetwork := []*nodeState{{name: "pcb", dataAddr: "198.18.0.2:9700"}, {name: "pcc", dataAddr: "198.18.0.3:9700"}}
+	onLoopback := []*nodeState{{name: "pcb", dataAddr: "127.0.0.1:9702"}, {name: "pcc", dataAddr: "127.0.0.1:9703"}}
+	for _, tt := range []struct {
+		name  string
+		net   capacity.Network
+		ready []*nodeState
+		want  bool
+	}{
+		{"no link known, nodes over a network", unknown, overNetwork, true},
+		{"no link known, nodes on loopback", unknown, onLoopback, false},
+		{"links known", crowdedLab(2, 12.5e6), overNetwork, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := linksUnknown(tt.net, tt.ready); got != tt.want {
+				t.Errorf("linksUnknown = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
