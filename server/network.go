@@ -162,6 +162,7 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 				src.NICBytesPerSec = speed
 			} else if figs.sourceLink() <= 0 {
 				sourceUnknown = true
+				s.log.Info("the source's link speed is unknown", "err", err)
 			}
 			withMeasuredLink(&src, figs.sourceLink())
 		}
@@ -272,13 +273,18 @@ func (s *Server) network(ready []*nodeState, figs netFigures) (capacity.Network,
 // NIC speed, no bandwidth probe, no topology file's figure) the slowest
 // link measured in the lab: a link nobody measured is no free link, and
 // no plan may win on it. Where no link at all was measured, it leaves
-// them unknown (see linksUnknown). It returns the note that says so.
+// them unknown (see linksUnknown). SourceName in unknown stands for the
+// source, whatever a topology file names it. It returns the note that
+// says so.
 func assumeLinks(net *capacity.Network, unknown []string) []string {
+	named := func(h capacity.Host) bool {
+		return slices.Contains(unknown, h.Name) || h.Role == capacity.RoleSource && slices.Contains(unknown, SourceName)
+	}
 	var slowest float64
 	var left []string
 	for _, h := range net.Hosts {
 		switch {
-		case h.Link <= 0 && slices.Contains(unknown, h.Name):
+		case h.Link <= 0 && named(h):
 			left = append(left, h.Name)
 		case h.Link > 0 && (slowest == 0 || h.Link < slowest):
 			slowest = h.Link
@@ -291,7 +297,7 @@ func assumeLinks(net *capacity.Network, unknown []string) []string {
 		return []string{fmt.Sprintf("link speed unknown for %s (no NIC speed, no bandwidth probe), and no link measured: the predictions count the machines alone", listNames(left))}
 	}
 	for i := range net.Hosts {
-		if h := &net.Hosts[i]; h.Link <= 0 && slices.Contains(left, h.Name) {
+		if h := &net.Hosts[i]; h.Link <= 0 && named(*h) {
 			h.Link = slowest
 		}
 	}

@@ -194,7 +194,9 @@ func TestAssumeLinksGivesAnUnknownLinkTheSlowest(t *testing.T) {
 	}
 
 	net := lab()
-	notes := assumeLinks(&net, []string{"source"})
+	// SourceName stands for the source whatever the network names it
+	// (a topology file's name for it, here "source").
+	notes := assumeLinks(&net, []string{SourceName})
 	if got := net.Hosts[0].Link; got != fe {
 		t.Errorf("the source's link: %.4g B/s, want the slowest measured, %.4g", got, fe)
 	}
